@@ -1,0 +1,280 @@
+// stable_basic: a sample extension written against the LibTorch stable ABI.
+//
+// The 2.9 section uses only what torch 2.9 offers (raw boxed kernels, the
+// aoti_torch_* C shims and aoti_torch_call_dispatcher). Later sections are
+// compiled only when the build's TORCH_FEATURE_VERSION allows them, so one
+// source yields a different binary per (build torch, TORCH_TARGET_VERSION):
+// exactly what the compatibility matrix needs to exercise.
+#ifndef Py_LIMITED_API
+#define Py_LIMITED_API 0x03090000
+#endif
+#include <Python.h>
+
+#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/ops.h>
+#include <torch/csrc/stable/tensor.h>
+#include <torch/headeronly/core/ScalarType.h>
+#include <torch/headeronly/util/Exception.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+// torch 2.9 headers define neither TORCH_FEATURE_VERSION nor the version
+// constants; treat them as feature level 2.9.
+#ifndef TORCH_FEATURE_VERSION
+#define STABLE_BASIC_FEATURE_VERSION 0x0209000000000000ULL
+#else
+#define STABLE_BASIC_FEATURE_VERSION TORCH_FEATURE_VERSION
+#endif
+#if defined(TORCH_VERSION_2_10_0) && STABLE_BASIC_FEATURE_VERSION >= TORCH_VERSION_2_10_0
+#define STABLE_BASIC_HAS_2_10 1
+#include <torch/csrc/stable/device.h>
+#endif
+#if defined(TORCH_VERSION_2_15_0) && STABLE_BASIC_FEATURE_VERSION >= TORCH_VERSION_2_15_0
+#define STABLE_BASIC_HAS_2_15 1
+#include <torch/csrc/stable/pyobject.h>
+#endif
+
+using torch::stable::Tensor;
+
+namespace stable_basic {
+
+// torch 2.9 has global from/to; from 2.10 on they live in
+// torch::stable::detail (the global ones are deprecated).
+#ifdef TORCH_VERSION_2_10_0
+using torch::stable::detail::from;
+using torch::stable::detail::to;
+#endif
+
+#define SB_SHIM(call)                                                  \
+  STD_TORCH_CHECK((call) == AOTI_TORCH_SUCCESS, "shim call failed: " #call)
+
+void check_float_cpu(const Tensor& t, const char* what) {
+  STD_TORCH_CHECK(t.is_cpu(), what, " must be a CPU tensor");
+  STD_TORCH_CHECK(
+      t.scalar_type() == torch::headeronly::ScalarType::Float,
+      what, " must be float32");
+  STD_TORCH_CHECK(t.is_contiguous(), what, " must be contiguous");
+}
+
+// ---- 2.9 API: raw boxed kernels --------------------------------------------
+
+// identity(Tensor t) -> Tensor: steal the argument, push it back as the return.
+void boxed_identity(StableIValue* stack, uint64_t, uint64_t) {
+  Tensor t = to<Tensor>(stack[0]);
+  stack[0] = from(t);
+}
+
+// add_scaled(Tensor a, Tensor b, float alpha=1.0) -> Tensor
+void boxed_add_scaled(StableIValue* stack, uint64_t, uint64_t) {
+  Tensor a = to<Tensor>(stack[0]);
+  Tensor b = to<Tensor>(stack[1]);
+  double alpha = to<double>(stack[2]);
+  check_float_cpu(a, "a");
+  check_float_cpu(b, "b");
+  STD_TORCH_CHECK(a.numel() == b.numel(), "a and b must have the same numel");
+  Tensor out = torch::stable::empty_like(a);
+  const float* pa = static_cast<const float*>(a.data_ptr());
+  const float* pb = static_cast<const float*>(b.data_ptr());
+  float* po = static_cast<float*>(out.data_ptr());
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    po[i] = pa[i] + static_cast<float>(alpha) * pb[i];
+  }
+  stack[0] = from(out);
+}
+
+// fill_value_(Tensor(a!) t, float value) -> Tensor(a!): mutates and aliases.
+void boxed_fill_value_(StableIValue* stack, uint64_t, uint64_t) {
+  Tensor t = to<Tensor>(stack[0]);
+  double value = to<double>(stack[1]);
+  torch::stable::fill_(t, value);
+  stack[0] = from(t);
+}
+
+// reverse3(int a, float b, bool c) -> (bool, float, int): arguments are read
+// left to right and returns written left to right.
+void boxed_reverse3(StableIValue* stack, uint64_t num_args, uint64_t num_outputs) {
+  STD_TORCH_CHECK(num_args == 3 && num_outputs == 3, "reverse3: bad stack shape");
+  int64_t a = to<int64_t>(stack[0]);
+  double b = to<double>(stack[1]);
+  bool c = to<bool>(stack[2]);
+  stack[0] = from(c);
+  stack[1] = from(b);
+  stack[2] = from(a);
+}
+
+// abs_via_dispatcher(Tensor t) -> Tensor: aten::abs through the 2.9 dispatcher shim.
+void boxed_abs_via_dispatcher(StableIValue* stack, uint64_t, uint64_t) {
+  Tensor t = to<Tensor>(stack[0]);
+  StableIValue call[1] = {from(t)};
+  SB_SHIM(aoti_torch_call_dispatcher("aten::abs", "", call));
+  stack[0] = call[0];  // ownership moves from the callee's stack to ours
+}
+
+// transpose_via_dispatcher(Tensor t, int d0, int d1) -> Tensor: an overload name.
+void boxed_transpose_via_dispatcher(StableIValue* stack, uint64_t, uint64_t) {
+  Tensor t = to<Tensor>(stack[0]);
+  int64_t d0 = to<int64_t>(stack[1]);
+  int64_t d1 = to<int64_t>(stack[2]);
+  StableIValue call[3] = {from(t), from(d0), from(d1)};
+  SB_SHIM(aoti_torch_call_dispatcher("aten::transpose", "int", call));
+  stack[0] = call[0];
+}
+
+// checked_div(Tensor t, float divisor) -> Tensor: errors reach Python.
+void boxed_checked_div(StableIValue* stack, uint64_t, uint64_t) {
+  Tensor t = to<Tensor>(stack[0]);
+  double divisor = to<double>(stack[1]);
+  STD_TORCH_CHECK(divisor != 0.0, "checked_div: divisor must be non-zero");
+  check_float_cpu(t, "t");
+  Tensor out = torch::stable::empty_like(t);
+  const float* src = static_cast<const float*>(t.data_ptr());
+  float* dst = static_cast<float*>(out.data_ptr());
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    dst[i] = static_cast<float>(src[i] / divisor);
+  }
+  stack[0] = from(out);
+}
+
+// scale_or_clone(Tensor t, float? scale=None) -> Tensor: std::optional rows.
+void boxed_scale_or_clone(StableIValue* stack, uint64_t, uint64_t) {
+  Tensor t = to<Tensor>(stack[0]);
+  std::optional<double> scale = to<std::optional<double>>(stack[1]);
+  check_float_cpu(t, "t");
+  Tensor out = torch::stable::empty_like(t);
+  const float* src = static_cast<const float*>(t.data_ptr());
+  float* dst = static_cast<float*>(out.data_ptr());
+  const float factor = scale.has_value() ? static_cast<float>(*scale) : 1.0f;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    dst[i] = src[i] * factor;
+  }
+  stack[0] = from(out);
+}
+
+// dtype_of(Tensor t) -> ScalarType
+void boxed_dtype_of(StableIValue* stack, uint64_t, uint64_t) {
+  Tensor t = to<Tensor>(stack[0]);
+  stack[0] = from(t.scalar_type());
+}
+
+// pad_constant(Tensor t, int left, int right, float value) -> Tensor: a generated C shim.
+void boxed_pad_constant(StableIValue* stack, uint64_t, uint64_t) {
+  Tensor t = to<Tensor>(stack[0]);
+  int64_t left = to<int64_t>(stack[1]);
+  int64_t right = to<int64_t>(stack[2]);
+  double value = to<double>(stack[3]);
+  stack[0] = from(torch::stable::pad(t, {left, right}, "constant", value));
+}
+
+// feature_version() -> int: the TORCH_FEATURE_VERSION this binary was built for.
+void boxed_feature_version(StableIValue* stack, uint64_t, uint64_t) {
+  stack[0] = from(static_cast<int64_t>(STABLE_BASIC_FEATURE_VERSION));
+}
+
+// ---- 2.10 API: lists, strings, Device, torch_call_dispatcher, TORCH_BOX ----
+#ifdef STABLE_BASIC_HAS_2_10
+
+Tensor sum_dims(Tensor t, std::vector<int64_t> dims, bool keepdim) {
+  // aten::sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim, *, ScalarType? dtype)
+  std::vector<StableIValue> call = {
+      from(t),
+      from(std::optional<std::vector<int64_t>>(std::move(dims))),
+      from(keepdim),
+      from(std::optional<torch::headeronly::ScalarType>())};
+  SB_SHIM(torch_call_dispatcher("aten::sum", "dim_IntList", call.data(), TORCH_ABI_VERSION));
+  return to<Tensor>(call[0]);
+}
+
+std::string join_strings(std::vector<std::string> parts, std::string sep) {
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (i) out += sep;
+    out += parts[i];
+  }
+  return out;
+}
+
+torch::stable::Device device_of(Tensor t) {
+  return torch::stable::Device(
+      t.is_cpu() ? torch::headeronly::DeviceType::CPU : torch::headeronly::DeviceType::CUDA,
+      t.get_device_index());
+}
+
+int64_t count_tensors(std::vector<Tensor> tensors) {
+  return static_cast<int64_t>(tensors.size());
+}
+
+#endif  // STABLE_BASIC_HAS_2_10
+
+}  // namespace stable_basic
+
+STABLE_TORCH_LIBRARY(stable_basic, m) {
+  m.def("identity(Tensor t) -> Tensor");
+  m.def("add_scaled(Tensor a, Tensor b, float alpha=1.0) -> Tensor");
+  m.def("fill_value_(Tensor(a!) t, float value) -> Tensor(a!)");
+  m.def("reverse3(int a, float b, bool c) -> (bool, float, int)");
+  m.def("abs_via_dispatcher(Tensor t) -> Tensor");
+  m.def("transpose_via_dispatcher(Tensor t, int d0, int d1) -> Tensor");
+  m.def("checked_div(Tensor t, float divisor) -> Tensor");
+  m.def("scale_or_clone(Tensor t, float? scale=None) -> Tensor");
+  m.def("dtype_of(Tensor t) -> ScalarType");
+  m.def("pad_constant(Tensor t, int left, int right, float value) -> Tensor");
+  m.def("feature_version() -> int");
+#ifdef STABLE_BASIC_HAS_2_10
+  m.def("sum_dims(Tensor t, int[] dims, bool keepdim=False) -> Tensor");
+  m.def("join_strings(str[] parts, str sep) -> str");
+  m.def("device_of(Tensor t) -> Device");
+  m.def("count_tensors(Tensor[] tensors) -> int");
+#endif
+}
+
+STABLE_TORCH_LIBRARY_IMPL(stable_basic, CompositeExplicitAutograd, m) {
+  m.impl("identity", &stable_basic::boxed_identity);
+  m.impl("add_scaled", &stable_basic::boxed_add_scaled);
+  m.impl("fill_value_", &stable_basic::boxed_fill_value_);
+  m.impl("reverse3", &stable_basic::boxed_reverse3);
+  m.impl("abs_via_dispatcher", &stable_basic::boxed_abs_via_dispatcher);
+  m.impl("transpose_via_dispatcher", &stable_basic::boxed_transpose_via_dispatcher);
+  m.impl("checked_div", &stable_basic::boxed_checked_div);
+  m.impl("scale_or_clone", &stable_basic::boxed_scale_or_clone);
+  m.impl("dtype_of", &stable_basic::boxed_dtype_of);
+  m.impl("pad_constant", &stable_basic::boxed_pad_constant);
+  m.impl("feature_version", &stable_basic::boxed_feature_version);
+#ifdef STABLE_BASIC_HAS_2_10
+  m.impl("sum_dims", TORCH_BOX(&stable_basic::sum_dims));
+  m.impl("join_strings", TORCH_BOX(&stable_basic::join_strings));
+  m.impl("device_of", TORCH_BOX(&stable_basic::device_of));
+  m.impl("count_tensors", TORCH_BOX(&stable_basic::count_tensors));
+#endif
+}
+
+// ---- The Python module (limited API). From 2.15 it uses the PyObject shims. --
+#ifdef STABLE_BASIC_HAS_2_15
+static PyObject* dtype_roundtrip(PyObject*, PyObject* dtype) {
+  try {
+    torch::headeronly::ScalarType st = torch::stable::dtype_from_pyobject(dtype);
+    return static_cast<PyObject*>(torch::stable::dtype_to_pyobject(st));
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+}
+#endif
+
+static PyMethodDef stable_basic_methods[] = {
+#ifdef STABLE_BASIC_HAS_2_15
+    {"dtype_roundtrip", dtype_roundtrip, METH_O,
+     "torch.dtype -> ScalarType -> torch.dtype through the 2.15 PyObject shims."},
+#endif
+    {nullptr, nullptr, 0, nullptr}};
+
+static PyModuleDef stable_basic_module = {
+    PyModuleDef_HEAD_INIT, "_C", "stable_basic native module", -1, stable_basic_methods,
+    nullptr, nullptr, nullptr, nullptr};
+
+PyMODINIT_FUNC PyInit__C(void) {
+  return PyModule_Create(&stable_basic_module);
+}

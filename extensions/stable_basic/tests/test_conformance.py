@@ -1,0 +1,193 @@
+"""The stable_basic conformance suite: what a runtime must do for a stable-ABI extension.
+
+Tests for API added after 2.9 run only when the binary was built for that level
+(its TORCH_FEATURE_VERSION, reported by the extension itself).
+"""
+
+import gc
+import math
+import os
+import re
+import sys
+import weakref
+
+import pytest
+import stable_basic
+import torch
+
+ops = stable_basic.ops
+LEVEL = stable_basic.feature_version()
+needs_2_10 = pytest.mark.skipif(LEVEL < (2, 10), reason=f"built for {LEVEL}: lists, str and Device need 2.10")
+needs_2_15 = pytest.mark.skipif(LEVEL < (2, 15), reason=f"built for {LEVEL}: PyObject shims need 2.15")
+
+# c10::ScalarType codes, which is how a `ScalarType` return reaches Python on every release seen so far.
+SCALAR_TYPE_CODES = {
+    torch.uint8: 0, torch.int8: 1, torch.int16: 2, torch.int32: 3, torch.int64: 4, torch.float16: 5,
+    torch.float32: 6, torch.float64: 7, torch.complex64: 9, torch.complex128: 10, torch.bool: 11,
+    torch.bfloat16: 15,
+}
+
+
+def test_binary_was_built_for_the_requested_level():
+    cell = os.environ.get("HARNESS_CELL_ID")
+    if cell is None:
+        pytest.skip("not run by the harness: no cell id to compare with")
+    match = re.search(r"@b(\d+)\.(\d+)\.\d+[^-~]*(?:-t(\d+)\.(\d+))?", cell)
+    assert match, cell
+    expected = (int(match[3]), int(match[4])) if match[3] else (int(match[1]), int(match[2]))
+    assert expected == LEVEL
+
+
+# ---- stack conventions -------------------------------------------------------
+
+def test_arguments_and_returns_are_left_to_right():
+    assert ops.reverse3(7, 2.5, True) == (True, 2.5, 7)
+    flag, value, number = ops.reverse3(-3, -0.0, False)
+    assert (flag, number) == (False, -3) and math.copysign(1.0, value) == -1.0
+
+
+def test_identity_returns_the_very_same_object():
+    x = torch.randn(4)
+    assert ops.identity(x) is x
+
+
+def test_stack_owns_what_it_holds_no_leak_over_many_calls():
+    x = torch.randn(16)
+    before = sys.getrefcount(x)
+    for _ in range(2000):
+        y = ops.identity(x)
+        z = ops.abs_via_dispatcher(x)
+    del y, z
+    gc.collect()
+    assert sys.getrefcount(x) == before
+    ref = weakref.ref(x)
+    del x
+    gc.collect()
+    assert ref() is None, "a reference stolen by the stack was never released"
+
+
+def test_returned_tensors_are_released():
+    x = torch.randn(8)
+    out = ops.add_scaled(x, x)
+    ref = weakref.ref(out)
+    del out
+    gc.collect()
+    assert ref() is None
+
+
+# ---- dispatcher ----------------------------------------------------------------
+
+def test_dispatcher_call_without_overload_name_matches_eager():
+    x = torch.tensor([-1.5, 0.0, 2.0, -0.0])
+    torch.testing.assert_close(ops.abs_via_dispatcher(x), torch.abs(x))
+
+
+def test_dispatcher_call_with_overload_name_returns_a_view():
+    x = torch.arange(6.0).reshape(2, 3)
+    out = ops.transpose_via_dispatcher(x, 0, 1)
+    torch.testing.assert_close(out, x.t())
+    assert out.data_ptr() == x.data_ptr()
+
+
+def test_errors_reach_python_with_their_message():
+    with pytest.raises(RuntimeError, match="divisor must be non-zero"):
+        ops.checked_div(torch.ones(2), 0.0)
+    with pytest.raises(RuntimeError, match="must be float32"):
+        ops.add_scaled(torch.ones(2, dtype=torch.float64), torch.ones(2, dtype=torch.float64))
+
+
+def test_the_extension_still_works_after_an_error():
+    with pytest.raises(RuntimeError):
+        ops.checked_div(torch.ones(2), 0.0)
+    torch.testing.assert_close(ops.checked_div(torch.full((3,), 3.0), 2.0), torch.full((3,), 1.5))
+
+
+# ---- StableIValue rows ---------------------------------------------------------
+
+@pytest.mark.parametrize("alpha", [1.0, 2.5, -0.0, 1e300])
+def test_double_argument(alpha):
+    a, b = torch.randn(5), torch.randn(5)
+    torch.testing.assert_close(ops.add_scaled(a, b, alpha), a + float(torch.tensor(alpha, dtype=torch.float32)) * b)
+
+
+@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan])
+def test_double_special_values(value):
+    t = torch.zeros(3)
+    ops.fill_value_(t, value)
+    torch.testing.assert_close(t, torch.full((3,), value), equal_nan=True)
+
+
+def test_optional_double_none_and_value():
+    x = torch.randn(6)
+    torch.testing.assert_close(ops.scale_or_clone(x), x)
+    torch.testing.assert_close(ops.scale_or_clone(x, None), x)
+    torch.testing.assert_close(ops.scale_or_clone(x, 3.0), x * 3.0)
+
+
+@pytest.mark.parametrize("dtype", list(SCALAR_TYPE_CODES), ids=str)
+def test_scalar_type_return(dtype):
+    result = ops.dtype_of(torch.zeros(2, dtype=dtype))
+    code = SCALAR_TYPE_CODES[result] if isinstance(result, torch.dtype) else result
+    assert code == SCALAR_TYPE_CODES[dtype]
+
+
+def test_bool_and_int_arguments():
+    assert ops.reverse3(2**62, 0.5, True)[2] == 2**62
+    assert ops.reverse3(-(2**63), 0.5, False) == (False, 0.5, -(2**63))
+
+
+# ---- schema notation ----------------------------------------------------------
+
+def test_schema_default_is_applied_when_omitted():
+    a, b = torch.ones(3), torch.full((3,), 2.0)
+    torch.testing.assert_close(ops.add_scaled(a, b), a + b)
+    assert "alpha=1." in str(ops.add_scaled.default._schema)
+
+
+def test_mutable_aliased_return_is_the_input():
+    t = torch.zeros(4)
+    out = ops.fill_value_(t, 7.0)
+    assert out is t
+    assert torch.equal(t, torch.full((4,), 7.0))
+    assert str(ops.fill_value_.default._schema).count("(a!)") == 2
+
+
+def test_generated_c_shim_matches_eager():
+    x = torch.arange(4.0)
+    torch.testing.assert_close(ops.pad_constant(x, 1, 2, -1.0), torch.nn.functional.pad(x, (1, 2), value=-1.0))
+
+
+# ---- 2.10: lists, strings, Device, torch_call_dispatcher, TORCH_BOX ------------
+
+@needs_2_10
+@pytest.mark.parametrize("dims,keepdim", [([1], False), ([0, 1], True), ([], False)])
+def test_int_list_through_torch_call_dispatcher(dims, keepdim):
+    x = torch.arange(12.0).reshape(3, 4)
+    torch.testing.assert_close(ops.sum_dims(x, dims, keepdim), torch.sum(x, dims, keepdim=keepdim))
+
+
+@needs_2_10
+@pytest.mark.parametrize("parts,sep", [([], ","), (["a"], "-"), (["ünï", "ℂødé", ""], "→"), (["x" * 10000], "")])
+def test_string_list_and_string_return(parts, sep):
+    assert ops.join_strings(parts, sep) == sep.join(parts)
+
+
+@needs_2_10
+def test_device_return():
+    assert ops.device_of(torch.zeros(1)) == torch.device("cpu")
+
+
+@needs_2_10
+@pytest.mark.parametrize("count", [0, 1, 100])
+def test_tensor_list_argument(count):
+    assert ops.count_tensors([torch.zeros(1)] * count) == count
+
+
+# ---- 2.15: PyObject shims ---------------------------------------------------------
+
+@needs_2_15
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool, torch.bfloat16])
+def test_dtype_pyobject_roundtrip(dtype):
+    from stable_basic import _C
+
+    assert _C.dtype_roundtrip(dtype) is dtype

@@ -1,0 +1,154 @@
+"""python -m harness: the only module that prints; everything else logs."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import platformdirs
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from harness import __version__
+from harness.build import BuildResult
+from harness.config import DEFAULT_MATRIX, load_matrix
+from harness.envs import Env
+from harness.errors import ExitCode, HarnessError
+from harness.plan import Plan, make_plan
+from harness.report import STATUS_SHORT, VERDICT_SYMBOL, CellResult, RunResult
+from harness.verdict import Verdict, promise
+
+# Off a terminal (CI logs, pipes) never wrap or cut cell ids: they are meant to be copied.
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 250)
+VERDICT_STYLE = {
+    Verdict.KEPT: "green", Verdict.BROKEN: "bold red", Verdict.EXPECTED_FAILURE: "cyan",
+    Verdict.UNEXPECTED_PASS: "yellow", Verdict.SKIPPED: "dim", Verdict.ERROR: "bold magenta",
+}
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("HARNESS_CACHE_DIR") or platformdirs.user_cache_dir("torch-abi-harness"))
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="python -m harness", description=__doc__)
+    top.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    top.add_argument("-v", "--verbose", action="count", default=0, help="-v: stages and commands; -vv: debug")
+    sub = top.add_subparsers(dest="command", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX, help="the matrix file (default: %(default)s)")
+        p.add_argument("-k", "--select", action="append", default=[], metavar="SELECTOR",
+                       help="matches any part of a cell id, * ? [...] as wildcards; repeat to add cells")
+        p.add_argument("--backend", choices=["venv"], default="venv", help="where cells run (default: %(default)s)")
+
+    run = sub.add_parser("run", help="build, run and report the matrix")
+    common(run)
+    run.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1, help="cells at once (default: cores)")
+    run.add_argument("--reports-dir", type=Path, default=Path("reports"), help="where reports go (default: %(default)s)")
+    run.add_argument("--cache-dir", type=Path, default=None,
+                     help="environments and builds (default: $HARNESS_CACHE_DIR or the user cache dir)")
+    run.add_argument("--timeout", type=float, default=None, help="seconds per cell (default: the matrix's)")
+
+    plan = sub.add_parser("plan", help="print the selected cells and what each is promised; do nothing else")
+    common(plan)
+    return top
+
+
+class ConsoleObserver:
+    def stage(self, name: str, detail: str) -> None:
+        console.print(f"[bold]== {name}[/]: {detail}")
+
+    def env_ready(self, env: Env) -> None:
+        how = "reused" if env.reused else f"created in {env.created_seconds:.1f} s"
+        console.print(f"   env torch {env.torch_version} ({env.variant}): {how}")
+
+    def build_done(self, result: BuildResult) -> None:
+        how = "cached" if result.cached else f"{result.seconds:.1f} s"
+        state = "[green]built[/]" if result.ok else f"[red]BUILD FAILED[/]: {escape(result.reason)}"
+        console.print(f"   {escape(result.build.id)}: {state} ({how})")
+
+    def cell_done(self, result: CellResult, done: int, total: int) -> None:
+        style = VERDICT_STYLE[result.verdict]
+        seconds = result.durations.get("total")
+        timing = f"{seconds:5.1f} s" if seconds is not None else "   -   "
+        width = len(str(total))
+        console.print(f"   [{done:>{width}}/{total}] [{style}]{result.status.value:<12} {result.verdict.value:<16}[/] "
+                      f"{timing}  {escape(result.id)}" + (f"  [dim]{escape(result.reason)}[/]" if result.verdict is not Verdict.KEPT else ""))
+
+
+def print_preamble(plan: Plan, verb: str) -> None:
+    builds, runtimes = plan.needed_builds, plan.needed_runtimes
+    console.print(f"[bold]{plan.matrix.path.name}[/]: {len(builds)} build(s) x {len(runtimes)} runtime(s) -> "
+                  f"[bold]{len(plan.cells)} cells selected[/] {verb}"
+                  + (f" (selectors: {' '.join(plan.selectors)})" if plan.selectors else ""))
+
+
+def print_plan(plan: Plan) -> None:
+    width = max(len(cell.id) for cell in plan.cells)
+    for cell in plan.cells:
+        p = promise(cell)
+        console.print(f"{escape(cell.id):<{width}}  {p.expected.value:<12}  [dim]{escape(p.why)}[/]")
+
+
+def print_grid(run: RunResult) -> None:
+    rows, cols, by_key = run.grid()
+    table = Table("build \\ runtime", *cols, title="compatibility matrix", title_justify="left")
+    for row in rows:
+        rendered = []
+        for col in cols:
+            cell = by_key.get((row, col))
+            rendered.append(f"[{VERDICT_STYLE[cell.verdict]}]{VERDICT_SYMBOL[cell.verdict]} {STATUS_SHORT[cell.status]}[/]"
+                            if cell else "")
+        table.add_row(escape(row), *rendered)
+    console.print(table)
+    console.print("   " + "  ".join(f"{VERDICT_SYMBOL[v]} [{VERDICT_STYLE[v]}]{v.value}[/]" for v in Verdict))
+    for cell in sorted(run.cells, key=lambda c: c.id):
+        if cell.verdict in (Verdict.BROKEN, Verdict.ERROR, Verdict.UNEXPECTED_PASS):
+            console.print(f"   [{VERDICT_STYLE[cell.verdict]}]{cell.verdict.value}[/] {escape(cell.id)}: {cell.status.value}: {escape(cell.reason)}")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from harness.pipeline import Pipeline, RunOptions  # heavy imports only for `run`
+
+    matrix = load_matrix(args.matrix)
+    plan = make_plan(matrix, args.select, args.backend)
+    if args.jobs < 1:
+        raise HarnessError("--jobs must be at least 1")
+    print_preamble(plan, f"(backend {args.backend}, {args.jobs} at a time)")
+    options = RunOptions(reports_dir=args.reports_dir, cache_dir=args.cache_dir or default_cache_dir(),
+                         jobs=args.jobs, cell_timeout=args.timeout)
+    run, run_dir = Pipeline(plan, options, ConsoleObserver()).execute()
+    print_grid(run)
+    console.print(f"report: {run_dir}/summary.md, results.json, junit.xml")
+    code = run.exit_code
+    message = {ExitCode.OK: "[green]every promise kept[/]", ExitCode.BROKEN: "[bold red]a promise was broken[/]",
+               ExitCode.INFRASTRUCTURE: "[bold magenta]infrastructure errors: the run is incomplete[/]"}[code]
+    console.print(f"{message} (exit {int(code)})")
+    return int(code)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    plan = make_plan(load_matrix(args.matrix), args.select, args.backend)
+    print_preamble(plan, "(dry run: nothing is built or run)")
+    print_plan(plan)
+    return int(ExitCode.OK)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    level = {0: logging.WARNING, 1: logging.INFO}.get(args.verbose, logging.DEBUG)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return {"run": cmd_run, "plan": cmd_plan}[args.command](args)
+    except HarnessError as exc:
+        console.print(f"[bold red]error[/]: {escape(str(exc))}", soft_wrap=True)
+        return int(exc.exit_code)
+    except KeyboardInterrupt:
+        console.print("[bold red]interrupted[/] before any cell ran; nothing was reported")
+        return int(ExitCode.INFRASTRUCTURE)

@@ -1,0 +1,140 @@
+"""Files a cell left behind (probe JSON, junit XML) and its exit code -> a status with a reason."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import signal
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+from harness.run import CellExecution
+from harness.verdict import Status
+
+PYTEST_EXIT = {2: "interrupted (often a test module failed to import)", 3: "internal error",
+               4: "usage error", 5: "no tests were collected"}
+LOAD_FAILED_EXIT = 10  # harness_cellprobe.LOAD_FAILED_EXIT
+SKIP_EXIT = 11  # harness_cellprobe.SKIP_EXIT
+
+
+@dataclasses.dataclass(frozen=True)
+class TestCounts:
+    passed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    errors: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.passed + self.failed + self.skipped + self.errors
+
+
+@dataclasses.dataclass(frozen=True)
+class JunitReport:
+    counts: TestCounts
+    failing: tuple[str, ...]
+    seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    status: Status
+    reason: str
+    tests: TestCounts
+    failing: tuple[str, ...] = ()
+    missing_symbol: str | None = None
+    probe: dict[str, Any] = dataclasses.field(default_factory=dict)
+    tests_seconds: float | None = None
+
+
+def read_junit(path: Path) -> JunitReport | None:
+    try:
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError):
+        return None
+    passed = failed = skipped = errors = 0
+    failing: list[str] = []
+    seconds = 0.0
+    suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
+    for suite in suites:
+        seconds += float(suite.get("time", 0) or 0)
+        for case in suite.iter("testcase"):
+            name = f"{case.get('classname', '')}::{case.get('name', '')}".strip(":")
+            if case.find("failure") is not None:
+                failed += 1
+                failing.append(name)
+            elif case.find("error") is not None:
+                errors += 1
+                failing.append(name)
+            elif case.find("skipped") is not None:
+                skipped += 1
+            else:
+                passed += 1
+    return JunitReport(TestCounts(passed, failed, skipped, errors), tuple(failing), seconds)
+
+
+def read_probe(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _where(probe: dict[str, Any]) -> str:
+    phase = probe.get("phase", "start-up")
+    test = probe.get("current_test")
+    return f"in test {test}" if test and phase == "tests" else f"during {phase.replace('_', ' ')}"
+
+
+def classify(execution: CellExecution, timeout: float, expected_site: Path | None) -> Outcome:
+    probe = read_probe(execution.probe) or {}
+    junit = read_junit(execution.junit)
+    counts = junit.counts if junit else TestCounts()
+    failing = junit.failing if junit else ()
+    tests_seconds = junit.seconds if junit else None
+
+    def outcome(status: Status, reason: str, **extra: Any) -> Outcome:
+        return Outcome(status, reason, counts, failing, probe=probe, tests_seconds=tests_seconds, **extra)
+
+    if execution.timed_out:
+        return outcome(Status.TIMEOUT, f"no result after {timeout:.0f} s, killed {_where(probe)}")
+    code = execution.returncode
+    assert code is not None
+    if code < 0:
+        return outcome(Status.CRASHED, f"killed by {_signal_name(-code)} {_where(probe)}")
+    if not probe:
+        return outcome(Status.ERROR, f"the cell exited {code} before the harness probe ran; see stderr.log")
+    if probe.get("phase") == "skipped" and code == SKIP_EXIT:
+        return outcome(Status.SKIPPED, probe.get("skip_reason", "skipped"))
+    if probe.get("load_ok") is False:
+        symbol = probe.get("missing_symbol")
+        version = probe.get("missing_version")
+        if symbol:
+            reason = f"undefined symbol: {symbol}"
+        elif version:
+            reason = f"version {version} not found"
+        else:
+            reason = (probe.get("error_chain") or ["unknown load error"])[-1]
+        return outcome(Status.LOAD_FAILED, reason, missing_symbol=symbol)
+    module_file = probe.get("module_file")
+    if expected_site is not None and module_file and not Path(module_file).resolve().is_relative_to(expected_site.resolve()):
+        return outcome(Status.ERROR, f"the tests imported the extension from {module_file}, not from the built wheel")
+    if junit is None:
+        return outcome(Status.ERROR, f"pytest exited {code} without writing its junit report")
+    if code == 0:
+        if counts.passed:
+            return outcome(Status.PASS, f"{counts.passed} passed" + (f", {counts.skipped} skipped" if counts.skipped else ""))
+        return outcome(Status.SKIPPED, f"all {counts.skipped} tests skipped")
+    if code == 1 and (counts.failed or counts.errors):
+        shown = ", ".join(failing[:3]) + (f" (+{len(failing) - 3} more)" if len(failing) > 3 else "")
+        return outcome(Status.TEST_FAILED, f"{counts.failed + counts.errors} of {counts.total} tests failed: {shown}")
+    return outcome(Status.ERROR, f"pytest exit {code}: {PYTEST_EXIT.get(code, 'unexpected exit code')}")

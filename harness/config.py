@@ -1,0 +1,185 @@
+"""matrix.yaml and extension.yaml -> frozen dataclasses, validated against the package's schemas."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Literal
+
+from packaging.version import Version
+
+from harness.errors import ConfigError
+from harness.schema import Document, did_you_mean
+from harness.versions import ApiLevel, parse_release
+
+Device = Literal["cpu", "cuda"]
+DEFAULT_MATRIX = Path("matrix.yaml")
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    cell_timeout: float = 300.0
+    build_timeout: float = 900.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Sources:
+    """Package sources for uv. uv's own UV_* variables still apply on top of these."""
+
+    inherit_pip_config: bool = True
+    index_url: str | None = None
+    extra_index_urls: tuple[str, ...] = ()
+    find_links: tuple[str, ...] = ()
+    index_strategy: str = "unsafe-best-match"
+
+
+@dataclasses.dataclass(frozen=True)
+class Extension:
+    """An extension under test: its sources, recipe and conformance suite."""
+
+    name: str
+    module: str
+    min_target: ApiLevel
+    stable: bool
+    recipe: str
+    root: Path
+    tests: Path
+
+
+@dataclasses.dataclass(frozen=True)
+class RuntimeSpec:
+    torch: Version
+    variant: str = "auto"
+    device: Device = "cpu"
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildSpec:
+    extension: Extension
+    torch: Version
+    variant: str = "auto"
+    target: ApiLevel | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Matrix:
+    path: Path
+    python: str
+    settings: Settings
+    sources: Sources
+    extensions: dict[str, Extension]
+    runtimes: tuple[RuntimeSpec, ...]
+    builds: tuple[BuildSpec, ...]
+
+
+def load_extension(directory: Path) -> Extension:
+    doc = Document.load(directory / "extension.yaml")
+    problems = doc.schema_problems("extension")
+    if problems:
+        raise ConfigError(doc.path, problems)
+    data: dict[str, Any] = doc.data
+    tests = (directory / data["tests"]).resolve()
+    if not tests.is_dir():
+        raise ConfigError(doc.path, [f"{doc.where(('tests',))}: {data['tests']!r} is not a directory under {directory}"])
+    return Extension(
+        name=data["name"],
+        module=data["module"],
+        min_target=ApiLevel.parse(data["min_target"]),
+        stable=data.get("stable", True),
+        recipe=data["recipe"],
+        root=directory.resolve(),
+        tests=tests,
+    )
+
+
+def discover_extensions(doc: Document, problems: list[str]) -> dict[str, Extension]:
+    """extensions/*/extension.yaml next to the matrix, plus the directories it lists."""
+    base = doc.path.parent
+    found: list[tuple[Path, str]] = [(p.parent, "extensions/") for p in sorted((base / "extensions").glob("*/extension.yaml"))]
+    for index, item in enumerate(doc.data.get("extensions") or []):
+        directory = (base / item["path"]).resolve()
+        if not (directory / "extension.yaml").is_file():
+            problems.append(f"{doc.where(('extensions', index, 'path'))}: {item['path']!r} has no extension.yaml ({directory})")
+            continue
+        found.append((directory, doc.where(("extensions", index, "path"))))
+    extensions: dict[str, Extension] = {}
+    for directory, origin in found:
+        try:
+            ext = load_extension(directory)
+        except ConfigError as exc:
+            problems.extend(f"{exc.source}: {p}" for p in exc.problems)
+            continue
+        if ext.name in extensions and extensions[ext.name].root != ext.root:
+            problems.append(f"{origin}: extension name {ext.name!r} is used by {extensions[ext.name].root} and {ext.root}")
+        extensions[ext.name] = ext
+    return extensions
+
+
+def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
+    doc = Document.load(path)
+    if not isinstance(doc.data, dict):
+        raise ConfigError(path, ["the file must be a mapping with schema_version, runtimes and builds"])
+    problems = doc.schema_problems("matrix")
+    if problems:  # the checks below assume the shapes the schema guarantees
+        raise ConfigError(path, problems)
+    data: dict[str, Any] = doc.data
+    extensions = discover_extensions(doc, problems)
+
+    runtimes: list[RuntimeSpec] = []
+    for index, item in enumerate(data["runtimes"]):
+        torch = _release(doc, ("runtimes", index, "torch"), item["torch"], problems)
+        spec = RuntimeSpec(torch or Version("0"), item.get("variant", "auto"), item.get("device", "cpu"))
+        if spec in runtimes:
+            problems.append(f"{doc.where(('runtimes', index))}: duplicate runtime {item!r}")
+        runtimes.append(spec)
+
+    builds: list[BuildSpec] = []
+    for index, item in enumerate(data["builds"]):
+        where = ("builds", index)
+        torch = _release(doc, (*where, "torch"), item["torch"], problems)
+        ext = extensions.get(item["extension"])
+        if ext is None:
+            known = sorted(extensions)
+            problems.append(
+                f"{doc.where((*where, 'extension'))}: unknown extension {item['extension']!r}; "
+                f"known: {', '.join(known) or '(none found)'}{did_you_mean(item['extension'], known)}"
+            )
+            continue
+        target = ApiLevel.parse(item["target"]) if item.get("target") else None
+        if target is not None and target < ext.min_target:
+            problems.append(
+                f"{doc.where((*where, 'target'))}: target {item['target']!r} is below the extension's "
+                f"min_target {str(ext.min_target)!r}; its sources do not build for that level"
+            )
+        spec = BuildSpec(ext, torch or Version("0"), item.get("variant", "auto"), target)
+        if spec in builds:
+            problems.append(f"{doc.where(where)}: duplicate build {item!r}")
+        builds.append(spec)
+
+    if problems:
+        raise ConfigError(path, problems)
+    settings = data.get("settings") or {}
+    sources = data.get("sources") or {}
+    return Matrix(
+        path=path.resolve(),
+        python=data.get("python", "3.11"),
+        settings=Settings(**settings),
+        sources=Sources(
+            inherit_pip_config=sources.get("inherit_pip_config", True),
+            index_url=sources.get("index_url"),
+            extra_index_urls=tuple(sources.get("extra_index_urls", ())),
+            find_links=tuple(sources.get("find_links", ())),
+            index_strategy=sources.get("index_strategy", "unsafe-best-match"),
+        ),
+        extensions=extensions,
+        runtimes=tuple(runtimes),
+        builds=tuple(builds),
+    )
+
+
+def _release(doc: Document, path: tuple[str | int, ...], text: str, problems: list[str]) -> Version | None:
+    try:
+        return parse_release(text)
+    except ValueError as exc:
+        problems.append(f"{doc.where(path)}: {exc}")
+        return None

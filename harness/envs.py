@@ -1,0 +1,208 @@
+"""uv virtualenvs, one per (torch release, variant, python): made once, verified on reuse, locked while made."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import dataclasses
+import datetime
+import fcntl
+import json
+import logging
+import os
+import re
+import shutil
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from packaging.version import Version
+
+from harness import cmd
+from harness.errors import CommandError, InfrastructureError, ResolutionError
+from harness.sources import ResolvedSources, uv_binary
+
+log = logging.getLogger(__name__)
+
+ENV_FORMAT = 1
+MARKER = "harness-env.json"
+# What every environment holds besides torch: the build backend for recipes and the test runner.
+RUNNER_REQUIREMENTS = ("numpy", "setuptools>=64", "wheel", "pytest>=8")
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvSpec:
+    torch: Version
+    variant: str
+    python: str
+
+    @property
+    def key(self) -> str:
+        return f"torch-{self.torch}-{self.variant}-py{self.python}"
+
+    @property
+    def requirement(self) -> str:
+        local = "" if self.variant == "auto" else f"+{self.variant}"
+        return f"torch=={self.torch}{local}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Env:
+    spec: EnvSpec
+    path: Path
+    torch_version: str  # torch.__version__, e.g. '2.10.0+cu128'
+    variant: str  # detected from the installed wheel: 'cpu', 'cu128', ...
+    created_seconds: float
+    reused: bool
+
+    @property
+    def python(self) -> Path:
+        return self.path / "bin" / "python"
+
+
+def detect_variant(torch_version: str, cuda: str | None) -> str:
+    local = torch_version.partition("+")[2]
+    if local:
+        return local
+    return f"cu{cuda.replace('.', '')}" if cuda else "cpu"
+
+
+def _read_torch_version_file(env_path: Path) -> tuple[str, str | None]:
+    """torch/version.py of an env, read as text: no import, milliseconds."""
+    candidates = list(env_path.glob("lib/python*/site-packages/torch/version.py"))
+    if not candidates:
+        raise InfrastructureError(f"{env_path}: torch is not installed in this environment")
+    text = candidates[0].read_text()
+    version = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)", text, re.M)
+    cuda = re.search(r"^cuda\s*(?::[^=]*)?=\s*['\"]([^'\"]+)", text, re.M)
+    if not version:
+        raise InfrastructureError(f"{candidates[0]}: no __version__")
+    return version[1], cuda[1] if cuda else None
+
+
+class EnvManager:
+    def __init__(self, root: Path, sources: ResolvedSources) -> None:
+        self.root = root / "envs"
+        self.sources = sources
+        self.uv = uv_binary()
+
+    def path(self, spec: EnvSpec) -> Path:
+        return self.root / spec.key
+
+    def cached(self, spec: EnvSpec) -> Env | None:
+        """The env if it exists and its marker matches what is installed; None otherwise."""
+        path = self.path(spec)
+        marker = path / MARKER
+        try:
+            meta = json.loads(marker.read_text())
+        except (OSError, ValueError):
+            return None
+        if meta.get("format") != ENV_FORMAT or meta.get("requirements") != self._requirements(spec):
+            return None
+        if not (path / "bin" / "python").exists():
+            return None
+        try:
+            torch_version, _ = _read_torch_version_file(path)
+        except InfrastructureError:
+            return None
+        if torch_version != meta.get("torch_version"):
+            return None
+        return Env(spec, path, torch_version, meta["variant"], meta["seconds"], reused=True)
+
+    def resolve(self, specs: Sequence[EnvSpec], jobs: int = 4) -> None:
+        """Check that every requested torch exists in the sources before any work starts."""
+        todo = [s for s in dict.fromkeys(specs) if self.cached(s) is None]
+        if not todo:
+            return
+        log.info("resolving %d torch release(s) against %s", len(todo), self.sources.describe())
+        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+            failures = [f for f in pool.map(self._resolve_one, todo) if f]
+        if failures:
+            raise ResolutionError(
+                "torch release(s) not available from the configured sources "
+                f"({self.sources.describe()}):\n" + "\n".join(failures)
+                + "\n  fix the version in the matrix, or add the index or find-links that serves it "
+                "(matrix `sources:`, pip's configuration or UV_* variables)"
+            )
+
+    def _resolve_one(self, spec: EnvSpec) -> str | None:
+        argv = [self.uv, "pip", "compile", "-", "--no-deps", "--no-header", "--quiet",
+                "--python-version", spec.python, *self.sources.uv_args()]
+        proc = cmd.run(argv, input=spec.requirement + "\n", check=False, timeout=300)
+        if proc.returncode == 0:
+            return None
+        reason = " ".join(line.strip() for line in proc.stdout.strip().splitlines()[-4:])
+        return f"  - {spec.requirement} (python {spec.python}): {reason}"
+
+    def ensure(self, spec: EnvSpec) -> Env:
+        """The env for spec, made if missing or broken. Safe when several runs ask at once."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        with locked(self.root / f"{spec.key}.lock"):
+            env = self.cached(spec)
+            if env is not None:
+                log.debug("reusing %s", env.path)
+                return env
+            return self._create(spec)
+
+    def _requirements(self, spec: EnvSpec) -> list[str]:
+        return [spec.requirement, *RUNNER_REQUIREMENTS]
+
+    def _create(self, spec: EnvSpec) -> Env:
+        path = self.path(spec)
+        if path.exists():
+            log.warning("%s is incomplete or stale; recreating it", path)
+            shutil.rmtree(path)
+        started = time.monotonic()
+        log.info("creating %s (%s)", path, spec.requirement)
+        try:
+            cmd.run([self.uv, "venv", "--quiet", "--python", spec.python, path], timeout=300)
+            cmd.run(
+                [self.uv, "pip", "install", "--quiet", "--compile-bytecode", "--python", path / "bin" / "python",
+                 *self.sources.uv_args(), *self._requirements(spec)],
+                timeout=3600,
+            )
+            # One real import proves the wheel set is complete (a CUDA wheel without its
+            # nvidia-* dependencies installs fine and fails here).
+            cmd.run([path / "bin" / "python", "-c", "import torch"], timeout=300)
+        except CommandError:
+            shutil.rmtree(path, ignore_errors=True)
+            raise
+        torch_version, cuda = _read_torch_version_file(path)
+        variant = detect_variant(torch_version, cuda)
+        if spec.variant != "auto" and variant != spec.variant:
+            shutil.rmtree(path, ignore_errors=True)
+            raise ResolutionError(
+                f"{spec.requirement}: the sources served torch {torch_version} (variant {variant}), "
+                f"not variant {spec.variant}; add the index that serves it"
+            )
+        seconds = time.monotonic() - started
+        meta = {
+            "format": ENV_FORMAT,
+            "requirements": self._requirements(spec),
+            "torch_version": torch_version,
+            "variant": variant,
+            "cuda": cuda,
+            "seconds": round(seconds, 2),
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        }
+        (path / MARKER).write_text(json.dumps(meta, indent=2) + "\n")
+        log.info("created %s in %.1f s (torch %s)", path.name, seconds, torch_version)
+        return Env(spec, path, torch_version, variant, seconds, reused=False)
+
+
+@contextlib.contextmanager
+def locked(lock_path: Path) -> Iterator[None]:
+    with open(lock_path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("waiting for %s (another run is creating this environment)", lock_path)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"{os.getpid()}\n")
+            handle.flush()
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -1,0 +1,210 @@
+"""Chain the stages for one matrix run: envs -> builds -> cells -> verdicts -> report."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import datetime
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Protocol, TypeVar
+
+from harness import __version__
+from harness.build import Builder, BuildResult
+from harness.collect import TestCounts, classify
+from harness.envs import Env, EnvManager, EnvSpec
+from harness.plan import Build, Cell, Plan, Runtime
+from harness.report import CellResult, RunResult, relative_logs, write_report
+from harness.run import Backend, CellRequest, VenvBackend, kill_active_cells
+from harness.sources import resolve_sources
+from harness.verdict import Status, judge, promise
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class Observer(Protocol):
+    """How the pipeline reports progress; the CLI prints, tests record."""
+
+    def stage(self, name: str, detail: str) -> None: ...
+    def env_ready(self, env: Env) -> None: ...
+    def build_done(self, result: BuildResult) -> None: ...
+    def cell_done(self, result: CellResult, done: int, total: int) -> None: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    reports_dir: Path
+    cache_dir: Path
+    jobs: int
+    cell_timeout: float | None = None  # overrides the matrix's settings.cell_timeout
+
+
+def env_spec(item: Build | Runtime) -> EnvSpec:
+    return EnvSpec(item.torch, item.variant, item.python)
+
+
+def new_run_dir(reports_dir: Path) -> tuple[str, Path]:
+    reports_dir = reports_dir.resolve()  # cells run with their own cwd: every path they get is absolute
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    for suffix in ("", *(f"-{n}" for n in range(2, 100))):
+        path = reports_dir / f"{stamp}{suffix}"
+        try:
+            path.mkdir(parents=True)
+            return path.name, path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{reports_dir}: too many runs started at {stamp}")
+
+
+def _parallel(jobs: int, fn: Callable[[T], R], items: Iterable[T], done: Callable[[R], None]) -> list[R]:
+    results: list[R] = []
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = [pool.submit(fn, item) for item in items]
+        try:
+            for future in concurrent.futures.as_completed(futures):
+                result = future.result()
+                results.append(result)
+                done(result)
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
+    return results
+
+
+class Pipeline:
+    def __init__(self, plan: Plan, options: RunOptions, observer: Observer, backend: Backend | None = None) -> None:
+        self.plan = plan
+        self.options = options
+        self.observer = observer
+        self.backend = backend or VenvBackend()
+        self.envs = EnvManager(options.cache_dir, resolve_sources(plan.matrix.sources))
+        self.timeout = options.cell_timeout or plan.matrix.settings.cell_timeout
+
+    def provision(self) -> dict[EnvSpec, Env]:
+        specs = list(dict.fromkeys(env_spec(x) for x in (*self.plan.needed_builds, *self.plan.needed_runtimes)))
+        self.observer.stage("resolve", f"{len(specs)} torch environment(s)")
+        self.envs.resolve(specs)
+        self.observer.stage("envs", f"{len(specs)} torch environment(s) in {self.envs.root}")
+        envs = _parallel(min(2, self.options.jobs), self.envs.ensure, specs, self.observer.env_ready)
+        return {env.spec: env for env in envs}
+
+    def build_all(self, envs: dict[EnvSpec, Env]) -> dict[Build, BuildResult]:
+        builds = self.plan.needed_builds
+        self.observer.stage("build", f"{len(builds)} build(s)")
+        builder = Builder(self.options.cache_dir, self.plan.matrix.settings.build_timeout)
+        results = _parallel(self.options.jobs, lambda b: builder.build(b, envs[env_spec(b)]), builds,
+                            self.observer.build_done)
+        return {r.build: r for r in results}
+
+    def execute(self) -> tuple[RunResult, Path]:
+        started = datetime.datetime.now(datetime.timezone.utc)
+        envs = self.provision()
+        builds = self.build_all(envs)
+        run_id, run_dir = new_run_dir(self.options.reports_dir)
+        cells = self.plan.cells
+        self.observer.stage("run", f"{len(cells)} cell(s), {self.options.jobs} at a time, timeout {self.timeout:.0f} s")
+        threads = max(1, (os.cpu_count() or 1) // self.options.jobs)
+        results: dict[str, CellResult] = {}
+        interrupted = False
+
+        def one(cell: Cell) -> CellResult:
+            return self.run_cell(cell, envs[env_spec(cell.runtime)], builds[cell.build], run_dir, threads)
+
+        def done(result: CellResult) -> None:
+            results[result.id] = result
+            self.observer.cell_done(result, len(results), len(cells))
+
+        try:
+            _parallel(self.options.jobs, one, cells, done)
+        except KeyboardInterrupt:
+            interrupted = True
+            kill_active_cells()
+            log.warning("interrupted: %d of %d cells finished; writing the report", len(results), len(cells))
+        for cell in cells:
+            if cell.id not in results or (interrupted and results[cell.id].status in {Status.CRASHED, Status.TIMEOUT}):
+                results[cell.id] = self.unrun(cell, builds[cell.build], "not run: the run was interrupted")
+        run = RunResult(
+            run_id=run_id,
+            started=started.isoformat(timespec="seconds"),
+            finished=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            harness_version=__version__,
+            matrix=str(self.plan.matrix.path),
+            backend=self.backend.name,
+            selectors=self.plan.selectors,
+            cells=tuple(results[c.id] for c in cells),
+            build_order=tuple(b.id for b in self.plan.builds),
+            runtime_order=tuple(r.id for r in self.plan.runtimes),
+            interrupted=interrupted,
+        )
+        write_report(run, run_dir)
+        _point_latest(self.options.reports_dir, run_dir)
+        return run, run_dir
+
+    def run_cell(self, cell: Cell, env: Env, build: BuildResult, run_dir: Path, threads: int) -> CellResult:
+        out = run_dir / "cells" / cell.id
+        out.mkdir(parents=True, exist_ok=True)
+        if not build.ok:
+            result = self.unrun(cell, build, build.reason, status=Status.BUILD_FAILED, env=env, run_dir=run_dir)
+        else:
+            execution = self.backend.run_cell(CellRequest(cell, env, build, out, self.timeout, threads))
+            outcome = classify(execution, self.timeout, build.site)
+            probe = outcome.probe
+            startup = probe.get("plugin_started")
+            expectation = promise(cell)
+            result = CellResult(
+                id=cell.id, build_id=cell.build.id, runtime_id=cell.runtime.id, extension=cell.build.extension.name,
+                build_torch=str(cell.build.torch), build_variant=cell.build.variant,
+                target=str(cell.build.target) if cell.build.target else None,
+                runtime_torch=probe.get("torch_version") or env.torch_version, runtime_variant=env.variant,
+                backend=self.backend.name, device=cell.runtime.device,
+                status=outcome.status, reason=outcome.reason,
+                expected=expectation.expected, expected_why=expectation.why,
+                verdict=judge(expectation.expected, outcome.status),
+                tests=outcome.tests, failing_tests=outcome.failing, missing_symbol=outcome.missing_symbol,
+                durations={
+                    "total": execution.seconds,
+                    "build": build.seconds,
+                    "startup": (startup - execution.launched_at) if startup else None,
+                    "import_torch": probe.get("import_torch_s"),
+                    "load": probe.get("load_s"),
+                    "tests": outcome.tests_seconds,
+                },
+                logs=relative_logs([("stdout", execution.stdout), ("stderr", execution.stderr),
+                                    ("junit", execution.junit), ("probe", execution.probe),
+                                    ("build", build.log)], run_dir),
+            )
+        (out / "result.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
+        return result
+
+    def unrun(self, cell: Cell, build: BuildResult, reason: str, status: Status = Status.ERROR,
+              env: Env | None = None, run_dir: Path | None = None) -> CellResult:
+        expectation = promise(cell)
+        return CellResult(
+            id=cell.id, build_id=cell.build.id, runtime_id=cell.runtime.id, extension=cell.build.extension.name,
+            build_torch=str(cell.build.torch), build_variant=cell.build.variant,
+            target=str(cell.build.target) if cell.build.target else None,
+            runtime_torch=env.torch_version if env else str(cell.runtime.torch),
+            runtime_variant=env.variant if env else cell.runtime.variant,
+            backend=self.backend.name, device=cell.runtime.device, status=status, reason=reason,
+            expected=expectation.expected, expected_why=expectation.why,
+            verdict=judge(expectation.expected, status), tests=TestCounts(),
+            durations={"build": build.seconds},
+            logs=relative_logs([("build", build.log)], run_dir) if run_dir else {"build": str(build.log)},
+        )
+
+
+def _point_latest(reports_dir: Path, run_dir: Path) -> None:
+    latest = reports_dir / "latest"
+    tmp = reports_dir / f".latest-{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        tmp.symlink_to(run_dir.name)
+        tmp.replace(latest)
+    except OSError as exc:
+        log.warning("could not point %s at %s: %s", latest, run_dir, exc)

@@ -1,0 +1,246 @@
+"""Cell results and their renderings: results.json, summary.md, junit.xml."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from harness.collect import TestCounts
+from harness.errors import ExitCode
+from harness.verdict import Expected, Status, Verdict
+
+RESULTS_SCHEMA_VERSION = 1
+
+VERDICT_SYMBOL = {
+    Verdict.KEPT: "✅",
+    Verdict.BROKEN: "❌",
+    Verdict.EXPECTED_FAILURE: "⛔",
+    Verdict.UNEXPECTED_PASS: "❕",
+    Verdict.SKIPPED: "⏭️",
+    Verdict.ERROR: "⚠️",
+}
+VERDICT_MEANING = {
+    Verdict.KEPT: "promised to pass, and passed",
+    Verdict.BROKEN: "**promise broken**: promised to pass, and did not",
+    Verdict.EXPECTED_FAILURE: "failed where the policy expects it to (target newer than the build or runtime torch)",
+    Verdict.UNEXPECTED_PASS: "passed where nothing was promised (reported, not failed)",
+    Verdict.SKIPPED: "not run (reason given)",
+    Verdict.ERROR: "the harness or its infrastructure failed; says nothing about the extension",
+}
+STATUS_SHORT = {
+    Status.PASS: "pass", Status.TEST_FAILED: "test", Status.LOAD_FAILED: "load", Status.BUILD_FAILED: "build",
+    Status.CRASHED: "crash", Status.TIMEOUT: "timeout", Status.SKIPPED: "skip", Status.ERROR: "error",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class CellResult:
+    id: str
+    build_id: str
+    runtime_id: str
+    extension: str
+    build_torch: str
+    build_variant: str
+    target: str | None
+    runtime_torch: str
+    runtime_variant: str
+    backend: str
+    device: str
+    status: Status
+    reason: str
+    expected: Expected
+    expected_why: str
+    verdict: Verdict
+    tests: TestCounts
+    failing_tests: tuple[str, ...] = ()
+    missing_symbol: str | None = None
+    durations: dict[str, float | None] = dataclasses.field(default_factory=dict)
+    logs: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "build": {"id": self.build_id, "extension": self.extension, "torch": self.build_torch,
+                      "variant": self.build_variant, "target": self.target},
+            "runtime": {"id": self.runtime_id, "torch": self.runtime_torch, "variant": self.runtime_variant,
+                        "backend": self.backend, "device": self.device},
+            "status": self.status.value,
+            "reason": self.reason,
+            "expected": self.expected.value,
+            "expected_why": self.expected_why,
+            "verdict": self.verdict.value,
+            "tests": dataclasses.asdict(self.tests),
+            "failing_tests": list(self.failing_tests),
+            "missing_symbol": self.missing_symbol,
+            "durations": {k: (round(v, 3) if v is not None else None) for k, v in sorted(self.durations.items())},
+            "logs": dict(sorted(self.logs.items())),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CellResult:
+        build, runtime = data["build"], data["runtime"]
+        return cls(
+            id=data["id"], build_id=build["id"], runtime_id=runtime["id"], extension=build["extension"],
+            build_torch=build["torch"], build_variant=build["variant"], target=build["target"],
+            runtime_torch=runtime["torch"], runtime_variant=runtime["variant"], backend=runtime["backend"],
+            device=runtime["device"], status=Status(data["status"]), reason=data["reason"],
+            expected=Expected(data["expected"]), expected_why=data["expected_why"], verdict=Verdict(data["verdict"]),
+            tests=TestCounts(**data["tests"]), failing_tests=tuple(data["failing_tests"]),
+            missing_symbol=data["missing_symbol"], durations=data["durations"], logs=data["logs"],
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+    run_id: str
+    started: str
+    finished: str
+    harness_version: str
+    matrix: str
+    backend: str
+    selectors: tuple[str, ...]
+    cells: tuple[CellResult, ...]
+    build_order: tuple[str, ...]
+    runtime_order: tuple[str, ...]
+    interrupted: bool = False
+
+    @property
+    def exit_code(self) -> ExitCode:
+        verdicts = {c.verdict for c in self.cells}
+        if Verdict.BROKEN in verdicts:
+            return ExitCode.BROKEN
+        if Verdict.ERROR in verdicts or self.interrupted:
+            return ExitCode.INFRASTRUCTURE
+        return ExitCode.OK
+
+    def counts(self) -> dict[str, int]:
+        out = {v.value: 0 for v in Verdict}
+        for cell in self.cells:
+            out[cell.verdict.value] += 1
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": RESULTS_SCHEMA_VERSION,
+            "run_id": self.run_id,
+            "started": self.started,
+            "finished": self.finished,
+            "harness_version": self.harness_version,
+            "matrix": self.matrix,
+            "backend": self.backend,
+            "selectors": list(self.selectors),
+            "interrupted": self.interrupted,
+            "exit_code": int(self.exit_code),
+            "summary": self.counts(),
+            "builds": list(self.build_order),
+            "runtimes": list(self.runtime_order),
+            "cells": [c.to_json() for c in sorted(self.cells, key=lambda c: c.id)],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunResult:
+        return cls(
+            run_id=data["run_id"], started=data["started"], finished=data["finished"],
+            harness_version=data["harness_version"], matrix=data["matrix"], backend=data["backend"],
+            selectors=tuple(data["selectors"]), cells=tuple(CellResult.from_json(c) for c in data["cells"]),
+            build_order=tuple(data["builds"]), runtime_order=tuple(data["runtimes"]),
+            interrupted=data["interrupted"],
+        )
+
+    def grid(self) -> tuple[list[str], list[str], dict[tuple[str, str], CellResult]]:
+        """Rows (build ids) and columns (runtime ids) in matrix order, with the cells run."""
+        by_key = {(c.build_id, c.runtime_id): c for c in self.cells}
+        rows = [b for b in self.build_order if any(k[0] == b for k in by_key)]
+        cols = [r for r in self.runtime_order if any(k[1] == r for k in by_key)]
+        return rows, cols, by_key
+
+
+def summary_markdown(run: RunResult) -> str:
+    rows, cols, by_key = run.grid()
+    counts = run.counts()
+    lines = [
+        f"# Stable-ABI compatibility matrix: run {run.run_id}",
+        "",
+        f"Backend `{run.backend}`, matrix `{run.matrix}`, {len(run.cells)} cells"
+        + (f", selectors `{' '.join(run.selectors)}`" if run.selectors else "") + ".",
+        "",
+        "**Result: " + {ExitCode.OK: "every promise kept", ExitCode.BROKEN: "a promise was broken",
+                        ExitCode.INFRASTRUCTURE: "the run had infrastructure errors"}[run.exit_code]
+        + f"** (exit {int(run.exit_code)}). "
+        + ", ".join(f"{n} {v.replace('_', ' ')}" for v, n in counts.items() if n) + ("; interrupted" if run.interrupted else ""),
+        "",
+        "| build \\ runtime | " + " | ".join(f"`{c}`" for c in cols) + " |",
+        "|---|" + "---|" * len(cols),
+    ]
+    for row in rows:
+        cells = []
+        for col in cols:
+            cell = by_key.get((row, col))
+            cells.append(f"{VERDICT_SYMBOL[cell.verdict]} {STATUS_SHORT[cell.status]}" if cell else "")
+        lines.append(f"| `{row}` | " + " | ".join(cells) + " |")
+    lines += ["", "Legend: " + "; ".join(f"{VERDICT_SYMBOL[v]} {VERDICT_MEANING[v]}" for v in Verdict), ""]
+    explained = [c for c in sorted(run.cells, key=lambda c: c.id) if c.status is not Status.PASS or c.verdict is not Verdict.KEPT]
+    if explained:
+        lines += ["## Every cell that did not simply pass", ""]
+        for cell in explained:
+            lines.append(f"- {VERDICT_SYMBOL[cell.verdict]} `{cell.id}`: **{cell.status.value}** ({cell.verdict.value}): "
+                         f"{cell.reason} (expected {cell.expected.value}: {cell.expected_why})")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def junit_xml(run: RunResult) -> str:
+    suite = ET.Element("testsuite", name="torch-stable-abi-matrix", tests=str(len(run.cells)))
+    failures = errors = skipped = 0
+    for cell in sorted(run.cells, key=lambda c: c.id):
+        case = ET.SubElement(suite, "testcase", classname=cell.build_id, name=cell.runtime_id,
+                             time=f"{cell.durations.get('total') or 0:.3f}")
+        message = f"{cell.status.value}: {cell.reason}"
+        if cell.verdict is Verdict.BROKEN:
+            failures += 1
+            ET.SubElement(case, "failure", message=message, type=cell.status.value).text = cell.expected_why
+        elif cell.verdict is Verdict.ERROR:
+            errors += 1
+            ET.SubElement(case, "error", message=message, type=cell.status.value)
+        elif cell.verdict in (Verdict.SKIPPED, Verdict.EXPECTED_FAILURE):
+            skipped += 1
+            prefix = "expected failure: " if cell.verdict is Verdict.EXPECTED_FAILURE else ""
+            ET.SubElement(case, "skipped", message=prefix + message)
+        ET.SubElement(case, "system-out").text = f"{cell.verdict.value}: {message}"
+    suite.set("failures", str(failures))
+    suite.set("errors", str(errors))
+    suite.set("skipped", str(skipped))
+    ET.indent(suite)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"
+
+
+def write_report(run: RunResult, out_dir: Path) -> dict[str, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = {
+        "results": out_dir / "results.json",
+        "summary": out_dir / "summary.md",
+        "junit": out_dir / "junit.xml",
+    }
+    files["results"].write_text(json.dumps(run.to_json(), indent=2, ensure_ascii=False) + "\n")
+    files["summary"].write_text(summary_markdown(run))
+    files["junit"].write_text(junit_xml(run))
+    return files
+
+
+def load_results(path: Path) -> RunResult:
+    return RunResult.from_json(json.loads(path.read_text()))
+
+
+def relative_logs(paths: Sequence[tuple[str, Path | None]], base: Path) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name, path in paths:
+        if path is not None and path.exists():
+            try:
+                out[name] = str(path.relative_to(base))
+            except ValueError:
+                out[name] = str(path)
+    return out

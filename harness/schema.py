@@ -1,0 +1,125 @@
+"""Reading YAML/JSON documents against the JSON Schemas that live in this package.
+
+Errors name the file and line, the key path, the bad value (``!r``), what is
+allowed and, where one exists, a close match. All errors are collected before
+failing, so a person fixes a file in one pass.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import json
+from collections.abc import Iterator
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from harness.errors import ConfigError
+
+KeyPath = tuple[str | int, ...]
+
+
+@functools.cache
+def load_schema(name: str) -> dict[str, Any]:
+    text = resources.files("harness.schemas").joinpath(f"{name}.schema.json").read_text()
+    schema: dict[str, Any] = json.loads(text)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return schema
+
+
+def format_path(path: KeyPath) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _line_map(node: yaml.Node, path: KeyPath, lines: dict[KeyPath, int]) -> None:
+    lines[path] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            lines[(*path, key.value)] = key.start_mark.line + 1
+            _line_map(value, (*path, key.value), lines)
+            lines[(*path, key.value)] = key.start_mark.line + 1
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _line_map(item, (*path, index), lines)
+
+
+class Document:
+    """A parsed YAML file with a line number for every key path."""
+
+    def __init__(self, path: Path, data: Any, lines: dict[KeyPath, int]) -> None:
+        self.path = path
+        self.data = data
+        self._lines = lines
+
+    @classmethod
+    def load(cls, path: Path) -> Document:
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise ConfigError(path, [f"cannot read the file: {exc.strerror or exc}"]) from exc
+        try:
+            node = yaml.compose(text, Loader=yaml.SafeLoader)
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+            problem = getattr(exc, "problem", None) or str(exc)
+            raise ConfigError(path, [f"{where}not valid YAML: {problem}"]) from exc
+        lines: dict[KeyPath, int] = {}
+        if node is not None:
+            _line_map(node, (), lines)
+        return cls(path, data, lines)
+
+    def where(self, path: KeyPath) -> str:
+        """'file:line: key.path' for messages; the nearest known line for a missing key."""
+        probe = path
+        while probe not in self._lines and probe:
+            probe = probe[:-1]
+        line = self._lines.get(probe)
+        prefix = f"line {line}: " if line else ""
+        return f"{prefix}{format_path(path)}"
+
+    def schema_problems(self, schema_name: str) -> list[str]:
+        validator = jsonschema.Draft202012Validator(load_schema(schema_name))
+        errors = sorted(validator.iter_errors(self.data), key=lambda e: list(map(str, e.absolute_path)))
+        return [problem for error in errors for problem in self._describe(error)]
+
+    def _describe(self, error: jsonschema.ValidationError) -> Iterator[str]:
+        path: KeyPath = tuple(error.absolute_path)
+        schema = error.schema if isinstance(error.schema, dict) else {}
+        value = error.instance
+        if error.validator == "additionalProperties":
+            allowed = sorted(schema.get("properties", {}))
+            extras = sorted(set(value) - set(allowed)) if isinstance(value, dict) else []
+            for key in extras:
+                yield (
+                    f"{self.where((*path, key))}: unknown key {key!r}; allowed: {', '.join(allowed)}"
+                    f"{did_you_mean(key, allowed)}"
+                )
+        elif error.validator == "required":
+            missing = error.message.split("'")[1] if "'" in error.message else error.message
+            yield f"{self.where(path)}: missing required key {missing!r}"
+        elif error.validator == "enum":
+            allowed = [str(v) for v in error.validator_value]
+            yield (
+                f"{self.where(path)}: {value!r} is not allowed; allowed: {', '.join(allowed)}"
+                f"{did_you_mean(str(value), allowed)}"
+            )
+        elif error.validator in {"pattern", "const"} and "description" in schema:
+            yield f"{self.where(path)}: {value!r} is not valid; expected {schema['description']}"
+        elif error.validator == "type":
+            yield f"{self.where(path)}: {value!r} should be of type {error.validator_value}"
+        else:
+            yield f"{self.where(path)}: {error.message}"
+
+
+def did_you_mean(word: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""

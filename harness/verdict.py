@@ -1,0 +1,76 @@
+"""The promise (what a cell should do) and the verdict (did it keep the promise)."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+from harness.plan import Cell
+from harness.versions import ApiLevel
+
+
+class Status(enum.StrEnum):
+    """What happened in a cell. Only PASS..TIMEOUT are outcomes of the extension itself."""
+
+    PASS = "PASS"
+    TEST_FAILED = "TEST_FAILED"
+    LOAD_FAILED = "LOAD_FAILED"
+    BUILD_FAILED = "BUILD_FAILED"
+    CRASHED = "CRASHED"
+    TIMEOUT = "TIMEOUT"
+    SKIPPED = "SKIPPED"
+    ERROR = "ERROR"  # the harness or its infrastructure failed; says nothing about the extension
+
+
+class Expected(enum.StrEnum):
+    PASS = "pass"
+    LOAD_FAILED = "load_failed"
+    BUILD_FAILED = "build_failed"
+    NONE = "none"  # no promise either way
+
+
+class Verdict(enum.StrEnum):
+    KEPT = "kept"
+    BROKEN = "broken"
+    EXPECTED_FAILURE = "expected_failure"
+    UNEXPECTED_PASS = "unexpected_pass"
+    SKIPPED = "skipped"
+    ERROR = "error"
+
+
+@dataclasses.dataclass(frozen=True)
+class Promise:
+    expected: Expected
+    why: str
+
+
+def promise(cell: Cell) -> Promise:
+    """T <= min(B, R): pass; T > B: the build fails; T > R: the load fails."""
+    build, runtime = cell.build, cell.runtime
+    target = build.effective_target
+    b_level, r_level = ApiLevel.of(build.torch), ApiLevel.of(runtime.torch)
+    if not build.extension.stable:
+        if build.torch == runtime.torch:
+            return Promise(Expected.PASS, "unstable C++ API, run on the torch it was built with")
+        return Promise(Expected.NONE, "unstable C++ API: nothing is promised across releases")
+    if target > b_level:
+        return Promise(Expected.BUILD_FAILED, f"target {target} is newer than the build torch {b_level}")
+    if target > r_level:
+        return Promise(Expected.LOAD_FAILED, f"target {target} is newer than the runtime torch {r_level}")
+    return Promise(Expected.PASS, f"target {target} <= min(build {b_level}, runtime {r_level})")
+
+
+_FAILURES = {Status.TEST_FAILED, Status.LOAD_FAILED, Status.BUILD_FAILED, Status.CRASHED, Status.TIMEOUT}
+
+
+def judge(expected: Expected, status: Status) -> Verdict:
+    if status is Status.ERROR:
+        return Verdict.ERROR
+    if status is Status.SKIPPED:
+        return Verdict.SKIPPED
+    if expected is Expected.PASS:
+        return Verdict.KEPT if status is Status.PASS else Verdict.BROKEN
+    if status is Status.PASS:
+        return Verdict.UNEXPECTED_PASS
+    assert status in _FAILURES
+    return Verdict.EXPECTED_FAILURE

@@ -1,0 +1,48 @@
+"""Torch releases and stable-ABI levels (TORCH_TARGET_VERSION)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from packaging.version import InvalidVersion, Version
+
+_LEVEL = re.compile(r"^(\d+)\.(\d+)$")
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class ApiLevel:
+    """A stable-ABI level: the major.minor of the release whose API a build may use."""
+
+    major: int
+    minor: int
+
+    @classmethod
+    def parse(cls, text: str) -> ApiLevel:
+        match = _LEVEL.match(text.strip())
+        if not match:
+            raise ValueError(f"{text!r} is not a major.minor level such as '2.10'")
+        return cls(int(match[1]), int(match[2]))
+
+    @classmethod
+    def of(cls, release: Version) -> ApiLevel:
+        return cls(release.major, release.minor)
+
+    @property
+    def hex(self) -> str:
+        """The value of TORCH_TARGET_VERSION for this level, e.g. 0x020a000000000000."""
+        return f"0x{(self.major << 56) | (self.minor << 48):016x}"
+
+    def __str__(self) -> str:
+        return f"{self.major}.{self.minor}"
+
+
+def parse_release(text: str) -> Version:
+    """A torch release as written in matrix.yaml: X.Y.Z, no local label or pre-release tag."""
+    try:
+        version = Version(text)
+    except InvalidVersion as exc:
+        raise ValueError(f"{text!r} is not a version") from exc
+    if version.local or len(version.release) != 3:
+        raise ValueError(f"{text!r} is not a release written as X.Y.Z (e.g. '2.10.0')")
+    return version
