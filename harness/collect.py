@@ -19,7 +19,7 @@ SKIP_EXIT = 11  # harness_cellprobe.SKIP_EXIT
 
 
 @dataclasses.dataclass(frozen=True)
-class TestCounts:
+class CaseCounts:
     passed: int = 0
     failed: int = 0
     skipped: int = 0
@@ -32,7 +32,7 @@ class TestCounts:
 
 @dataclasses.dataclass(frozen=True)
 class JunitReport:
-    counts: TestCounts
+    counts: CaseCounts
     failing: tuple[str, ...]
     seconds: float
 
@@ -41,7 +41,7 @@ class JunitReport:
 class Outcome:
     status: Status
     reason: str
-    tests: TestCounts
+    tests: CaseCounts
     failing: tuple[str, ...] = ()
     missing_symbol: str | None = None
     probe: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -71,7 +71,7 @@ def read_junit(path: Path) -> JunitReport | None:
                 skipped += 1
             else:
                 passed += 1
-    return JunitReport(TestCounts(passed, failed, skipped, errors), tuple(failing), seconds)
+    return JunitReport(CaseCounts(passed, failed, skipped, errors), tuple(failing), seconds)
 
 
 def read_probe(path: Path) -> dict[str, Any] | None:
@@ -98,7 +98,7 @@ def _where(probe: dict[str, Any]) -> str:
 def classify(execution: CellExecution, timeout: float, expected_site: Path | None) -> Outcome:
     probe = read_probe(execution.probe) or {}
     junit = read_junit(execution.junit)
-    counts = junit.counts if junit else TestCounts()
+    counts = junit.counts if junit else CaseCounts()
     failing = junit.failing if junit else ()
     tests_seconds = junit.seconds if junit else None
 

@@ -15,7 +15,7 @@ from typing import Protocol, TypeVar
 
 from harness import __version__
 from harness.build import Builder, BuildResult
-from harness.collect import TestCounts, classify
+from harness.collect import CaseCounts, classify
 from harness.envs import Env, EnvManager, EnvSpec
 from harness.plan import Build, Cell, Plan, Runtime
 from harness.report import CellResult, RunResult, relative_logs, write_report
@@ -62,19 +62,30 @@ def new_run_dir(reports_dir: Path) -> tuple[str, Path]:
     raise FileExistsError(f"{reports_dir}: too many runs started at {stamp}")
 
 
-def _parallel(jobs: int, fn: Callable[[T], R], items: Iterable[T], done: Callable[[R], None]) -> list[R]:
+def _parallel(
+    jobs: int,
+    fn: Callable[[T], R],
+    items: Iterable[T],
+    done: Callable[[R], None],
+    on_interrupt: Callable[[], None] | None = None,
+) -> list[R]:
+    """Run fn over items in threads. On an interrupt, on_interrupt runs *before* waiting for workers."""
     results: list[R] = []
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = [pool.submit(fn, item) for item in items]
-        try:
-            for future in concurrent.futures.as_completed(futures):
-                result = future.result()
-                results.append(result)
-                done(result)
-        except BaseException:
-            for future in futures:
-                future.cancel()
-            raise
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs))
+    futures = [pool.submit(fn, item) for item in items]
+    try:
+        for future in concurrent.futures.as_completed(futures):
+            result = future.result()
+            results.append(result)
+            done(result)
+    except BaseException:
+        for future in futures:
+            future.cancel()
+        if on_interrupt is not None:
+            on_interrupt()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
     return results
 
 
@@ -122,10 +133,9 @@ class Pipeline:
             self.observer.cell_done(result, len(results), len(cells))
 
         try:
-            _parallel(self.options.jobs, one, cells, done)
+            _parallel(self.options.jobs, one, cells, done, on_interrupt=kill_active_cells)
         except KeyboardInterrupt:
             interrupted = True
-            kill_active_cells()
             log.warning("interrupted: %d of %d cells finished; writing the report", len(results), len(cells))
         for cell in cells:
             if cell.id not in results or (interrupted and results[cell.id].status in {Status.CRASHED, Status.TIMEOUT}):
@@ -194,7 +204,7 @@ class Pipeline:
             runtime_variant=env.variant if env else cell.runtime.variant,
             backend=self.backend.name, device=cell.runtime.device, status=status, reason=reason,
             expected=expectation.expected, expected_why=expectation.why,
-            verdict=judge(expectation.expected, status), tests=TestCounts(),
+            verdict=judge(expectation.expected, status), tests=CaseCounts(),
             durations={"build": build.seconds},
             logs=relative_logs([("build", build.log)], run_dir) if run_dir else {"build": str(build.log)},
         )

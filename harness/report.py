@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.collect import TestCounts
+from harness.collect import CaseCounts
 from harness.errors import ExitCode
 from harness.verdict import Expected, Status, Verdict
 
@@ -55,7 +55,7 @@ class CellResult:
     expected: Expected
     expected_why: str
     verdict: Verdict
-    tests: TestCounts
+    tests: CaseCounts
     failing_tests: tuple[str, ...] = ()
     missing_symbol: str | None = None
     durations: dict[str, float | None] = dataclasses.field(default_factory=dict)
@@ -89,7 +89,7 @@ class CellResult:
             runtime_torch=runtime["torch"], runtime_variant=runtime["variant"], backend=runtime["backend"],
             device=runtime["device"], status=Status(data["status"]), reason=data["reason"],
             expected=Expected(data["expected"]), expected_why=data["expected_why"], verdict=Verdict(data["verdict"]),
-            tests=TestCounts(**data["tests"]), failing_tests=tuple(data["failing_tests"]),
+            tests=CaseCounts(**data["tests"]), failing_tests=tuple(data["failing_tests"]),
             missing_symbol=data["missing_symbol"], durations=data["durations"], logs=data["logs"],
         )
 

@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 
 _active_lock = threading.Lock()
 _active_groups: set[int] = set()
+_stopping = threading.Event()
 
 PROBE_DIR = Path(__file__).parent / "cellprobe"
 KILL_GRACE_SECONDS = 5.0
@@ -120,6 +121,8 @@ def run_process(argv: list[str], environ: dict[str, str], out: Path, timeout: fl
                                 stdin=subprocess.DEVNULL, start_new_session=True)
         with _active_lock:
             _active_groups.add(proc.pid)
+        if _stopping.is_set():  # started just as the run was interrupted
+            _kill_group(proc.pid, signal.SIGKILL)
         try:
             try:
                 returncode: int | None = proc.wait(timeout=timeout)
@@ -145,7 +148,8 @@ def run_process(argv: list[str], environ: dict[str, str], out: Path, timeout: fl
 
 
 def kill_active_cells() -> None:
-    """Kill every cell still running (an interrupted run must leave nothing behind)."""
+    """Kill every cell still running, and any that starts from now on (an interrupted run leaves nothing)."""
+    _stopping.set()
     with _active_lock:
         groups = list(_active_groups)
     for pgid in groups:

@@ -1,0 +1,50 @@
+"""The README's main job: the committed matrix, for real, across every release it names."""
+
+from pathlib import Path
+
+from conftest import cells_by_id, harness, latest_results
+
+from harness.config import load_matrix
+from harness.plan import make_plan
+from harness.verdict import promise
+
+# What the no-target 2.15 build lacks on each older runtime, as the loader names it.
+NEGATIVE_CONTROL_SYMBOL = {
+    "2.9.1": "torch_exception_get_what_without_backtrace",  # 2.13 error-code macro
+    "2.10.0": "torch_exception_get_what_without_backtrace",
+    "2.11.0": "torch_exception_get_what_without_backtrace",
+    "2.12.1": "torch_exception_get_what_without_backtrace",
+    "2.13.0": "torch_dtype_from_pyobject",  # 2.15 PyObject shims
+    "2.14.1": "torch_dtype_from_pyobject",
+}
+
+
+def test_default_matrix_keeps_every_promise_then_reuses_everything(repo: Path, tmp_path: Path) -> None:
+    first = harness("run", "--matrix", repo / "matrix.yaml", "--reports-dir", tmp_path / "reports", cwd=tmp_path)
+    assert first.returncode == 0, first.stdout
+    assert "28 cells selected" in first.stdout
+    results = latest_results(tmp_path / "reports")
+    cells = cells_by_id(results)
+    plan = make_plan(load_matrix(repo / "matrix.yaml"))
+    assert set(cells) == {c.id for c in plan.cells}
+
+    for cell in plan.cells:
+        got = cells[cell.id]
+        expected = promise(cell).expected.value
+        if expected == "pass":
+            assert (got["status"], got["verdict"]) == ("PASS", "kept"), got
+            assert got["tests"]["passed"] >= 20 and got["tests"]["failed"] == 0
+        else:
+            assert (got["status"], got["verdict"]) == ("LOAD_FAILED", "expected_failure"), got
+    for runtime, symbol in NEGATIVE_CONTROL_SYMBOL.items():
+        cell = cells[f"stable_basic@b2.15.0~r{runtime}-cpu"]
+        assert cell["missing_symbol"] == symbol
+        assert cell["reason"] == f"undefined symbol: {symbol}"
+    assert cells["stable_basic@b2.13.0-t2.10~r2.9.1-cpu"]["missing_symbol"] == "torch_list_size"
+    assert results["summary"] == {"kept": 21, "broken": 0, "expected_failure": 7, "unexpected_pass": 0,
+                                  "skipped": 0, "error": 0}
+
+    second = harness("run", "--matrix", repo / "matrix.yaml", "--reports-dir", tmp_path / "reports",
+                     "-k", "r2.10.0", cwd=tmp_path)
+    assert second.returncode == 0, second.stdout
+    assert "created" not in second.stdout and second.stdout.count("(cached)") == 4, second.stdout

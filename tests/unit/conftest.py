@@ -1,0 +1,20 @@
+"""Unit tier: never creates a torch environment, compiles an extension or starts a cell's pytest.
+
+A guard makes such a call fail loudly instead of silently taking minutes.
+"""
+
+import pytest
+
+from harness.build import Builder
+from harness.envs import EnvManager
+
+
+def _forbidden(*args: object, **kwargs: object) -> None:
+    raise AssertionError("unit tests must not create environments or compile extensions: use tests/integration")
+
+
+@pytest.fixture(autouse=True)
+def no_heavy_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(EnvManager, "_create", _forbidden)
+    monkeypatch.setattr(EnvManager, "_resolve_one", _forbidden)
+    monkeypatch.setattr(Builder, "_compile", _forbidden)

@@ -1,0 +1,111 @@
+"""Classification from the files a cell leaves behind, on small real fixtures (no torch)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.collect import classify, read_junit
+from harness.run import CellExecution
+from harness.verdict import Status
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?>
+<testsuites><testsuite name="pytest" errors="0" failures="{failures}" skipped="1" tests="4" time="0.5">
+<testcase classname="test_x" name="test_ok" time="0.1"/>
+<testcase classname="test_x" name="test_ok2" time="0.1"/>
+<testcase classname="test_x" name="test_skip" time="0.0"><skipped message="no"/></testcase>
+{extra}
+</testsuite></testsuites>"""
+PASSING = JUNIT.format(failures=0, extra="")
+LOADED = {"phase": "finished", "load_ok": True, "torch_version": "2.13.0+cpu", "module_file": None}
+
+
+def cell(tmp_path: Path, code: int | None, probe: dict | None, junit: str | None, timed_out: bool = False):
+    if probe is not None:
+        (tmp_path / "probe.json").write_text(json.dumps(probe))
+    if junit is not None:
+        (tmp_path / "junit.xml").write_text(junit)
+    return CellExecution(code, timed_out, 0.0, 1.0, tmp_path / "stdout.log", tmp_path / "stderr.log",
+                         tmp_path / "junit.xml", tmp_path / "probe.json")
+
+
+def test_pass(tmp_path: Path) -> None:
+    outcome = classify(cell(tmp_path, 0, LOADED, PASSING), 60, None)
+    assert (outcome.status, outcome.reason) == (Status.PASS, "2 passed, 1 skipped")
+    assert (outcome.tests.passed, outcome.tests.skipped, outcome.tests_seconds) == (2, 1, 0.5)
+
+
+def test_test_failure_names_the_tests(tmp_path: Path) -> None:
+    extra = '<testcase classname="test_x" name="test_bad" time="0.1"><failure message="boom"/></testcase>'
+    outcome = classify(cell(tmp_path, 1, LOADED, JUNIT.format(failures=1, extra=extra)), 60, None)
+    assert outcome.status is Status.TEST_FAILED
+    assert outcome.reason == "1 of 4 tests failed: test_x::test_bad"
+    assert outcome.failing == ("test_x::test_bad",)
+
+
+def test_never_success_over_a_nonzero_exit(tmp_path: Path) -> None:
+    outcome = classify(cell(tmp_path, 3, LOADED, PASSING), 60, None)
+    assert (outcome.status, outcome.reason) == (Status.ERROR, "pytest exit 3: internal error")
+
+
+def test_no_tests_collected_is_an_error_not_a_pass(tmp_path: Path) -> None:
+    empty = '<testsuites><testsuite name="pytest" tests="0" time="0"/></testsuites>'
+    outcome = classify(cell(tmp_path, 5, LOADED, empty), 60, None)
+    assert (outcome.status, outcome.reason) == (Status.ERROR, "pytest exit 5: no tests were collected")
+
+
+def test_all_tests_skipped_is_skipped(tmp_path: Path) -> None:
+    only_skips = ('<testsuites><testsuite name="pytest" tests="1" time="0"><testcase classname="t" name="s">'
+                  '<skipped message="x"/></testcase></testsuite></testsuites>')
+    outcome = classify(cell(tmp_path, 0, LOADED, only_skips), 60, None)
+    assert (outcome.status, outcome.reason) == (Status.SKIPPED, "all 1 tests skipped")
+
+
+def test_load_failure_carries_the_missing_symbol(tmp_path: Path) -> None:
+    probe = {"phase": "load_failed", "load_ok": False, "missing_symbol": "torch_list_size",
+             "error_chain": ["OSError: Could not load", "OSError: x.so: undefined symbol: torch_list_size"]}
+    outcome = classify(cell(tmp_path, 10, probe, None), 60, None)
+    assert (outcome.status, outcome.reason, outcome.missing_symbol) == (
+        Status.LOAD_FAILED, "undefined symbol: torch_list_size", "torch_list_size")
+
+
+def test_load_failure_without_a_symbol_keeps_the_loaders_words(tmp_path: Path) -> None:
+    probe = {"phase": "load_failed", "load_ok": False, "missing_symbol": None,
+             "error_chain": ["OSError: Could not load", "OSError: x.so: wrong ELF class: ELFCLASS32"]}
+    outcome = classify(cell(tmp_path, 10, probe, None), 60, None)
+    assert (outcome.status, outcome.reason) == (Status.LOAD_FAILED, "OSError: x.so: wrong ELF class: ELFCLASS32")
+
+
+def test_a_signal_is_a_crash_naming_the_running_test(tmp_path: Path) -> None:
+    probe = {"phase": "tests", "load_ok": True, "current_test": "test_x.py::test_segv"}
+    outcome = classify(cell(tmp_path, -11, probe, None), 60, None)
+    assert (outcome.status, outcome.reason) == (Status.CRASHED, "killed by SIGSEGV in test test_x.py::test_segv")
+
+
+def test_timeout(tmp_path: Path) -> None:
+    probe = {"phase": "tests", "load_ok": True, "current_test": "test_x.py::test_hang"}
+    outcome = classify(cell(tmp_path, None, probe, None, timed_out=True), 7, None)
+    assert (outcome.status, outcome.reason) == (Status.TIMEOUT, "no result after 7 s, killed in test test_x.py::test_hang")
+
+
+def test_no_probe_is_an_infrastructure_error(tmp_path: Path) -> None:
+    outcome = classify(cell(tmp_path, 1, None, None), 60, None)
+    assert outcome.status is Status.ERROR and "probe" in outcome.reason
+
+
+def test_cuda_without_gpu_is_skipped(tmp_path: Path) -> None:
+    probe = {"phase": "skipped", "skip_reason": "no CUDA device visible to torch 2.13.0+cpu"}
+    outcome = classify(cell(tmp_path, 11, probe, None), 60, None)
+    assert (outcome.status, outcome.reason) == (Status.SKIPPED, "no CUDA device visible to torch 2.13.0+cpu")
+
+
+def test_extension_imported_from_outside_the_wheel_is_an_error(tmp_path: Path) -> None:
+    probe = dict(LOADED, module_file="/src/demo/__init__.py")
+    outcome = classify(cell(tmp_path, 0, probe, PASSING), 60, tmp_path / "site")
+    assert outcome.status is Status.ERROR and "not from the built wheel" in outcome.reason
+
+
+@pytest.mark.parametrize("text", ["", "<not xml", "<testsuites>"])
+def test_unreadable_junit_is_none(tmp_path: Path, text: str) -> None:
+    (tmp_path / "j.xml").write_text(text)
+    assert read_junit(tmp_path / "j.xml") is None

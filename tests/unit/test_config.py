@@ -1,0 +1,117 @@
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from harness.config import load_matrix
+from harness.errors import ConfigError
+from harness.versions import ApiLevel
+
+
+def write_matrix(tmp_path: Path, body: str, with_extension: bool = True) -> Path:
+    if with_extension:
+        ext = tmp_path / "extensions" / "demo"
+        (ext / "tests").mkdir(parents=True)
+        (ext / "extension.yaml").write_text(
+            "name: demo\nmodule: demo\nmin_target: '2.10'\nrecipe: pep517\ntests: tests\n"
+        )
+    path = tmp_path / "matrix.yaml"
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+GOOD = """\
+    schema_version: 1
+    runtimes:
+      - torch: 2.10.0
+      - torch: 2.13.0
+        device: cuda
+    builds:
+      - extension: demo
+        torch: 2.13.0
+        target: "2.10"
+    """
+
+
+def problems(path: Path) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        load_matrix(path)
+    return info.value.problems
+
+
+def test_the_committed_default_matrix_loads(repo: Path) -> None:
+    matrix = load_matrix(repo / "matrix.yaml")
+    assert [str(r.torch) for r in matrix.runtimes] == ["2.9.1", "2.10.0", "2.11.0", "2.12.1", "2.13.0", "2.14.1", "2.15.0"]
+    assert {b.target for b in matrix.builds} == {None, ApiLevel(2, 9), ApiLevel(2, 10)}
+    assert "stable_basic" in matrix.extensions
+
+
+def test_a_valid_matrix_gives_typed_values(tmp_path: Path) -> None:
+    matrix = load_matrix(write_matrix(tmp_path, GOOD))
+    assert matrix.runtimes[1].device == "cuda"
+    assert matrix.builds[0].target == ApiLevel(2, 10)
+    assert matrix.settings.cell_timeout == 300
+    assert matrix.sources.inherit_pip_config is True
+
+
+def test_unknown_key_names_line_path_allowed_keys_and_close_match(tmp_path: Path) -> None:
+    found = problems(write_matrix(tmp_path, GOOD.replace('target: "2.10"', 'targt: "2.10"')))
+    assert len(found) == 1
+    assert found[0].startswith("line 9: builds[0].targt: unknown key 'targt'; allowed: extension, target, torch, variant")
+    assert found[0].endswith("did you mean 'target'?")
+
+
+def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
+    body = GOOD.replace("device: cuda", "device: gpu").replace("torch: 2.10.0", "torch: '2.10'")
+    found = problems(write_matrix(tmp_path, body))
+    assert len(found) == 2
+    assert any("runtimes[0].torch: '2.10' is not valid; expected a torch release X.Y.Z" in p for p in found)
+    assert any("runtimes[1].device: 'gpu' is not allowed; allowed: cpu, cuda" in p for p in found)
+
+
+def test_unknown_extension_gets_a_close_match(tmp_path: Path) -> None:
+    found = problems(write_matrix(tmp_path, GOOD.replace("extension: demo", "extension: dmeo")))
+    assert found == ["line 7: builds[0].extension: unknown extension 'dmeo'; known: demo; did you mean 'demo'?"]
+
+
+def test_target_below_the_extensions_min_target_is_refused(tmp_path: Path) -> None:
+    found = problems(write_matrix(tmp_path, GOOD.replace('target: "2.10"', 'target: "2.9"')))
+    assert found == ["line 9: builds[0].target: target '2.9' is below the extension's min_target '2.10'; "
+                     "its sources do not build for that level"]
+
+
+def test_duplicate_runtime_is_refused(tmp_path: Path) -> None:
+    found = problems(write_matrix(tmp_path, GOOD.replace("- torch: 2.13.0\n        device: cuda", "- torch: 2.10.0")))
+    assert any("duplicate runtime" in p for p in found)
+
+
+def test_missing_required_key(tmp_path: Path) -> None:
+    found = problems(write_matrix(tmp_path, "schema_version: 1\nruntimes:\n  - torch: 2.10.0\n"))
+    assert found == ["line 1: (top level): missing required key 'builds'"]
+
+
+def test_broken_yaml_names_the_line(tmp_path: Path) -> None:
+    found = problems(write_matrix(tmp_path, "schema_version: 1\nruntimes: [\n  - torch: 2.10.0\n"))
+    assert len(found) == 1 and found[0].startswith("line ") and "not valid YAML" in found[0]
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    found = problems(tmp_path / "nope.yaml")
+    assert found[0].startswith("cannot read the file")
+
+
+def test_invalid_extension_file_is_reported_with_its_own_path(tmp_path: Path) -> None:
+    path = write_matrix(tmp_path, GOOD)
+    (tmp_path / "extensions" / "demo" / "extension.yaml").write_text(
+        "name: demo\nmodule: demo\nmin_target: 2.10\nrecipe: cmake\ntests: tests\n"
+    )
+    found = problems(path)
+    assert any("extension.yaml: line 3: min_target: 2.1 should be of type string" in p for p in found)
+    assert any("recipe: 'cmake' is not allowed; allowed: pep517" in p for p in found)
+
+
+def test_api_level_hex_is_torch_target_version() -> None:
+    assert ApiLevel.parse("2.10").hex == "0x020a000000000000"
+    assert ApiLevel.parse("2.9").hex == "0x0209000000000000"
+    with pytest.raises(ValueError, match="major.minor"):
+        ApiLevel.parse("2.10.0")

@@ -1,0 +1,89 @@
+from pathlib import Path
+
+import pytest
+
+from harness.config import load_matrix
+from harness.errors import SelectionError
+from harness.plan import make_plan
+from harness.verdict import Expected, Status, Verdict, judge, promise
+
+
+@pytest.fixture
+def plan(repo: Path):
+    return make_plan(load_matrix(repo / "matrix.yaml"))
+
+
+def test_every_build_meets_every_runtime(plan) -> None:
+    assert len(plan.cells) == len(plan.builds) * len(plan.runtimes) == 28
+    assert len({c.id for c in plan.cells}) == 28
+
+
+def test_cell_ids_are_canonical(plan) -> None:
+    ids = {c.id for c in plan.cells}
+    assert "stable_basic@b2.13.0-t2.10~r2.11.0-cpu" in ids
+    assert "stable_basic@b2.15.0~r2.9.1-cpu" in ids
+
+
+def test_selectors_match_parts_of_ids_with_globs(repo: Path) -> None:
+    matrix = load_matrix(repo / "matrix.yaml")
+    picked = make_plan(matrix, ["b2.13*r2.1[01]", "@b2.9.1~r2.15.0"])
+    assert [c.id for c in picked.cells] == [
+        "stable_basic@b2.9.1~r2.15.0-cpu",
+        "stable_basic@b2.13.0-t2.10~r2.10.0-cpu",
+        "stable_basic@b2.13.0-t2.10~r2.11.0-cpu",
+    ]
+    assert [str(r.torch) for r in picked.needed_runtimes] == ["2.10.0", "2.11.0", "2.15.0"]
+
+
+def test_a_selector_that_matches_nothing_says_why(repo: Path) -> None:
+    with pytest.raises(SelectionError, match=r"'r2\.8' matches nothing") as info:
+        make_plan(load_matrix(repo / "matrix.yaml"), ["r2.10", "r2.8"])
+    assert "python -m harness plan" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("cell_id", "expected"),
+    [
+        ("stable_basic@b2.9.1~r2.15.0-cpu", Expected.PASS),
+        ("stable_basic@b2.15.0-t2.9~r2.9.1-cpu", Expected.PASS),
+        ("stable_basic@b2.13.0-t2.10~r2.9.1-cpu", Expected.LOAD_FAILED),
+        ("stable_basic@b2.13.0-t2.10~r2.10.0-cpu", Expected.PASS),
+        ("stable_basic@b2.15.0~r2.14.1-cpu", Expected.LOAD_FAILED),
+        ("stable_basic@b2.15.0~r2.15.0-cpu", Expected.PASS),
+    ],
+)
+def test_the_promise_is_t_le_min_b_r(plan, cell_id: str, expected: Expected) -> None:
+    cell = next(c for c in plan.cells if c.id == cell_id)
+    assert promise(cell).expected is expected
+
+
+def test_a_target_newer_than_the_build_torch_is_expected_not_to_build(tmp_path: Path, repo: Path) -> None:
+    (tmp_path / "matrix.yaml").write_text(
+        "schema_version: 1\nextensions:\n  - path: " + str(repo / "extensions" / "stable_basic") + "\n"
+        "runtimes:\n  - torch: 2.13.0\nbuilds:\n  - extension: stable_basic\n    torch: 2.10.0\n    target: '2.13'\n"
+    )
+    cell = make_plan(load_matrix(tmp_path / "matrix.yaml")).cells[0]
+    assert promise(cell).expected is Expected.BUILD_FAILED
+
+
+@pytest.mark.parametrize(
+    ("expected", "status", "verdict"),
+    [
+        (Expected.PASS, Status.PASS, Verdict.KEPT),
+        (Expected.PASS, Status.LOAD_FAILED, Verdict.BROKEN),
+        (Expected.PASS, Status.TEST_FAILED, Verdict.BROKEN),
+        (Expected.PASS, Status.CRASHED, Verdict.BROKEN),
+        (Expected.PASS, Status.TIMEOUT, Verdict.BROKEN),
+        (Expected.PASS, Status.BUILD_FAILED, Verdict.BROKEN),
+        (Expected.PASS, Status.ERROR, Verdict.ERROR),
+        (Expected.PASS, Status.SKIPPED, Verdict.SKIPPED),
+        (Expected.LOAD_FAILED, Status.LOAD_FAILED, Verdict.EXPECTED_FAILURE),
+        (Expected.LOAD_FAILED, Status.PASS, Verdict.UNEXPECTED_PASS),
+        (Expected.LOAD_FAILED, Status.ERROR, Verdict.ERROR),
+        (Expected.BUILD_FAILED, Status.BUILD_FAILED, Verdict.EXPECTED_FAILURE),
+        (Expected.NONE, Status.PASS, Verdict.UNEXPECTED_PASS),
+        (Expected.NONE, Status.LOAD_FAILED, Verdict.EXPECTED_FAILURE),
+    ],
+)
+def test_verdicts(expected: Expected, status: Status, verdict: Verdict) -> None:
+    assert judge(expected, status) is verdict

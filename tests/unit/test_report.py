@@ -1,0 +1,82 @@
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from harness.collect import CaseCounts
+from harness.errors import ExitCode
+from harness.report import CellResult, RunResult, load_results, write_report
+from harness.schema import load_schema
+from harness.verdict import Expected, Status, Verdict
+
+
+def result(build: str, runtime: str, status: Status, verdict: Verdict, expected: Expected = Expected.PASS) -> CellResult:
+    return CellResult(
+        id=f"demo@{build}~{runtime}", build_id=f"demo@{build}", runtime_id=runtime, extension="demo",
+        build_torch=build[1:].split("-")[0], build_variant="auto", target=None, runtime_torch=runtime[1:-4],
+        runtime_variant="cpu", backend="venv", device="cpu", status=status, reason=f"{status.value} because",
+        expected=expected, expected_why="policy", verdict=verdict, tests=CaseCounts(passed=3),
+        durations={"total": 1.5, "import_torch": None}, logs={"stdout": "cells/x/stdout.log"},
+    )
+
+
+def run_of(*cells: CellResult) -> RunResult:
+    return RunResult(
+        run_id="20261121-000000", started="s", finished="f", harness_version="0.1.0", matrix="matrix.yaml",
+        backend="venv", selectors=(), cells=cells, build_order=("demo@b2.13.0", "demo@b2.10.0"),
+        runtime_order=("r2.10.0-cpu", "r2.13.0-cpu"),
+    )
+
+
+KEPT = result("b2.13.0", "r2.13.0-cpu", Status.PASS, Verdict.KEPT)
+EXPECTED_FAIL = result("b2.13.0", "r2.10.0-cpu", Status.LOAD_FAILED, Verdict.EXPECTED_FAILURE, Expected.LOAD_FAILED)
+BROKEN = result("b2.10.0", "r2.13.0-cpu", Status.TEST_FAILED, Verdict.BROKEN)
+ERROR = result("b2.10.0", "r2.10.0-cpu", Status.ERROR, Verdict.ERROR)
+
+
+@pytest.mark.parametrize(
+    ("cells", "code"),
+    [((KEPT, EXPECTED_FAIL), ExitCode.OK), ((KEPT, BROKEN, ERROR), ExitCode.BROKEN), ((KEPT, ERROR), ExitCode.INFRASTRUCTURE)],
+)
+def test_exit_code_is_the_worst_verdict(cells: tuple[CellResult, ...], code: ExitCode) -> None:
+    assert run_of(*cells).exit_code is code
+
+
+def test_results_json_matches_its_schema_and_round_trips(tmp_path: Path) -> None:
+    run = run_of(KEPT, EXPECTED_FAIL, BROKEN, ERROR)
+    files = write_report(run, tmp_path)
+    data = json.loads(files["results"].read_text())
+    jsonschema.validate(data, load_schema("results"))
+    assert data["schema_version"] == 1 and data["exit_code"] == 1
+    assert [c["id"] for c in data["cells"]] == sorted(c["id"] for c in data["cells"])
+    assert data["summary"] == {"kept": 1, "broken": 1, "expected_failure": 1, "unexpected_pass": 0,
+                               "skipped": 0, "error": 1}
+    assert load_results(files["results"]).to_json() == data
+
+
+def test_the_schema_rejects_a_bad_status(tmp_path: Path) -> None:
+    data = run_of(KEPT).to_json()
+    data["cells"][0]["status"] = "PASSED"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(data, load_schema("results"))
+
+
+def test_summary_has_a_grid_a_legend_and_every_non_pass_explained(tmp_path: Path) -> None:
+    text = write_report(run_of(KEPT, EXPECTED_FAIL, BROKEN, ERROR), tmp_path)["summary"].read_text()
+    assert "| build \\ runtime | `r2.10.0-cpu` | `r2.13.0-cpu` |" in text
+    assert "| `demo@b2.13.0` | ⛔ load | ✅ pass |" in text
+    assert "| `demo@b2.10.0` | ⚠️ error | ❌ test |" in text
+    assert "Legend:" in text
+    for cell in (EXPECTED_FAIL, BROKEN, ERROR):
+        assert f"`{cell.id}`: **{cell.status.value}**" in text
+    assert f"`{KEPT.id}`:" not in text
+
+
+def test_junit_has_one_testcase_per_cell(tmp_path: Path) -> None:
+    root = ET.parse(write_report(run_of(KEPT, EXPECTED_FAIL, BROKEN, ERROR), tmp_path)["junit"]).getroot()
+    assert root.get("tests") == "4" and root.get("failures") == "1" and root.get("errors") == "1"
+    cases = {c.get("classname") + "~" + c.get("name"): c for c in root.iter("testcase")}
+    assert cases[BROKEN.id.replace("demo@", "demo@", 1)].find("failure") is not None
+    assert cases[EXPECTED_FAIL.id].find("skipped").get("message").startswith("expected failure: LOAD_FAILED")

@@ -1,0 +1,28 @@
+from pathlib import Path
+
+from harness.config import Sources
+from harness.sources import resolve_sources
+
+
+def test_pip_configuration_and_uv_variables_are_merged(tmp_path: Path) -> None:
+    conf = tmp_path / "pip.conf"
+    conf.write_text("[global]\nfind-links = /wheels\nextra-index-url = file:///a/simple file:///b/simple\n")
+    environ = {"HOME": str(tmp_path), "PIP_CONFIG_FILE": str(conf), "UV_FIND_LINKS": "/more-wheels",
+               "XDG_CONFIG_HOME": str(tmp_path / "none")}
+    resolved = resolve_sources(Sources(extra_index_urls=("https://matrix/simple",)), environ)
+    assert resolved.extra_index_urls == ("https://matrix/simple", "file:///a/simple", "file:///b/simple")
+    assert resolved.find_links == ("/more-wheels", "/wheels")
+    assert resolved.uv_args()[-2:] == ["--index-strategy", "unsafe-best-match"]
+
+
+def test_pip_configuration_can_be_ignored(tmp_path: Path) -> None:
+    environ = {"HOME": str(tmp_path), "PIP_FIND_LINKS": "/wheels"}
+    resolved = resolve_sources(Sources(inherit_pip_config=False), environ)
+    assert resolved.find_links == () and resolved.uv_args() == []
+
+
+def test_pip_environment_variables_win_over_files(tmp_path: Path) -> None:
+    conf = tmp_path / "pip.conf"
+    conf.write_text("[install]\nindex-url = https://from-file/simple\n")
+    environ = {"HOME": str(tmp_path), "PIP_CONFIG_FILE": str(conf), "PIP_INDEX_URL": "https://from-env/simple"}
+    assert resolve_sources(Sources(), environ).index_url == "https://from-env/simple"
