@@ -113,7 +113,9 @@ class Builder:
         site = out / "site" if meta["ok"] else None
         if meta["ok"] and not (wheel and wheel.is_file() and site and site.is_dir()):
             return None
-        return BuildResult(build, meta["ok"], meta["reason"], wheel, site, out / "build.log", meta["seconds"], True, key)
+        return BuildResult(
+            build, meta["ok"], meta["reason"], wheel, site, out / "build.log", meta["seconds"], True, key
+        )
 
     def _compile(self, build: Build, env: Env, out: Path, key: str) -> BuildResult:
         shutil.rmtree(out, ignore_errors=True)
@@ -130,9 +132,22 @@ class Builder:
             # Build from a copy: setuptools writes into the source tree, and builds run in parallel.
             work = Path(tmp) / "src"
             shutil.copytree(build.extension.root, work, ignore=shutil.ignore_patterns(*IGNORED))
-            argv = [self.uv, "build", "--wheel", "--no-build-isolation", "--python", env.python,
-                    "--out-dir", out / "dist", work]
-            log.info("building %s: %s", build.id, cmd.shell_line(argv, {k: environ[k] for k in ("TORCH_TARGET_VERSION",) if k in environ}))
+            argv: list[str | Path] = [
+                self.uv,
+                "build",
+                "--wheel",
+                "--no-build-isolation",
+                "--python",
+                env.python,
+                "--out-dir",
+                out / "dist",
+                work,
+            ]
+            log.info(
+                "building %s: %s",
+                build.id,
+                cmd.shell_line(argv, {k: environ[k] for k in ("TORCH_TARGET_VERSION",) if k in environ}),
+            )
             try:
                 proc = cmd.run(argv, env=environ, timeout=self.timeout, check=False)
                 text, ok = proc.stdout, proc.returncode == 0
@@ -147,12 +162,32 @@ class Builder:
                 ok, reason = False, f"the recipe produced {len(wheels)} wheels, expected 1"
             else:
                 wheel = wheels[0]
-                cmd.run([self.uv, "pip", "install", "--quiet", "--no-deps", "--python", env.python,
-                         "--target", out / "site", wheel], timeout=300)
+                cmd.run(
+                    [
+                        self.uv,
+                        "pip",
+                        "install",
+                        "--quiet",
+                        "--no-deps",
+                        "--python",
+                        env.python,
+                        "--target",
+                        out / "site",
+                        wheel,
+                    ],
+                    timeout=300,
+                )
         seconds = time.monotonic() - started
-        meta = {"key": key, "ok": ok, "reason": reason, "wheel": str(wheel.relative_to(out)) if wheel else None,
-                "seconds": round(seconds, 2), "torch": env.torch_version, "compiler": self.compiler,
-                "target": build.target.hex if build.target else None}
+        meta = {
+            "key": key,
+            "ok": ok,
+            "reason": reason,
+            "wheel": str(wheel.relative_to(out)) if wheel else None,
+            "seconds": round(seconds, 2),
+            "torch": env.torch_version,
+            "compiler": self.compiler,
+            "target": build.target.hex if build.target else None,
+        }
         (out / "build.json").write_text(json.dumps(meta, indent=2) + "\n")
         log.info("built %s in %.1f s: %s", build.id, seconds, "ok" if ok else f"FAILED: {reason}")
         return BuildResult(build, ok, reason, wheel, out / "site" if ok else None, build_log, seconds, False, key)

@@ -26,8 +26,12 @@ from harness.verdict import Verdict, promise
 # Off a terminal (CI logs, pipes) never wrap or cut cell ids: they are meant to be copied.
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 250)
 VERDICT_STYLE = {
-    Verdict.KEPT: "green", Verdict.BROKEN: "bold red", Verdict.EXPECTED_FAILURE: "cyan",
-    Verdict.UNEXPECTED_PASS: "yellow", Verdict.SKIPPED: "dim", Verdict.ERROR: "bold magenta",
+    Verdict.KEPT: "green",
+    Verdict.BROKEN: "bold red",
+    Verdict.EXPECTED_FAILURE: "cyan",
+    Verdict.UNEXPECTED_PASS: "yellow",
+    Verdict.SKIPPED: "dim",
+    Verdict.ERROR: "bold magenta",
 }
 
 
@@ -43,16 +47,28 @@ def parser() -> argparse.ArgumentParser:
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX, help="the matrix file (default: %(default)s)")
-        p.add_argument("-k", "--select", action="append", default=[], metavar="SELECTOR",
-                       help="matches any part of a cell id, * ? [...] as wildcards; repeat to add cells")
+        p.add_argument(
+            "-k",
+            "--select",
+            action="append",
+            default=[],
+            metavar="SELECTOR",
+            help="matches any part of a cell id, * ? [...] as wildcards; repeat to add cells",
+        )
         p.add_argument("--backend", choices=["venv"], default="venv", help="where cells run (default: %(default)s)")
 
     run = sub.add_parser("run", help="build, run and report the matrix")
     common(run)
     run.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1, help="cells at once (default: cores)")
-    run.add_argument("--reports-dir", type=Path, default=Path("reports"), help="where reports go (default: %(default)s)")
-    run.add_argument("--cache-dir", type=Path, default=None,
-                     help="environments and builds (default: $HARNESS_CACHE_DIR or the user cache dir)")
+    run.add_argument(
+        "--reports-dir", type=Path, default=Path("reports"), help="where reports go (default: %(default)s)"
+    )
+    run.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help="environments and builds (default: $HARNESS_CACHE_DIR or the user cache dir)",
+    )
     run.add_argument("--timeout", type=float, default=None, help="seconds per cell (default: the matrix's)")
 
     plan = sub.add_parser("plan", help="print the selected cells and what each is promised; do nothing else")
@@ -78,15 +94,20 @@ class ConsoleObserver:
         seconds = result.durations.get("total")
         timing = f"{seconds:5.1f} s" if seconds is not None else "   -   "
         width = len(str(total))
-        console.print(f"   [{done:>{width}}/{total}] [{style}]{result.status.value:<12} {result.verdict.value:<16}[/] "
-                      f"{timing}  {escape(result.id)}" + (f"  [dim]{escape(result.reason)}[/]" if result.verdict is not Verdict.KEPT else ""))
+        console.print(
+            f"   [{done:>{width}}/{total}] [{style}]{result.status.value:<12} {result.verdict.value:<16}[/] "
+            f"{timing}  {escape(result.id)}"
+            + (f"  [dim]{escape(result.reason)}[/]" if result.verdict is not Verdict.KEPT else "")
+        )
 
 
 def print_preamble(plan: Plan, verb: str) -> None:
     builds, runtimes = plan.needed_builds, plan.needed_runtimes
-    console.print(f"[bold]{plan.matrix.path.name}[/]: {len(builds)} build(s) x {len(runtimes)} runtime(s) -> "
-                  f"[bold]{len(plan.cells)} cells selected[/] {verb}"
-                  + (f" (selectors: {' '.join(plan.selectors)})" if plan.selectors else ""))
+    console.print(
+        f"[bold]{plan.matrix.path.name}[/]: {len(builds)} build(s) x {len(runtimes)} runtime(s) -> "
+        f"[bold]{len(plan.cells)} cells selected[/] {verb}"
+        + (f" (selectors: {' '.join(plan.selectors)})" if plan.selectors else "")
+    )
 
 
 def print_plan(plan: Plan) -> None:
@@ -103,14 +124,19 @@ def print_grid(run: RunResult) -> None:
         rendered = []
         for col in cols:
             cell = by_key.get((row, col))
-            rendered.append(f"[{VERDICT_STYLE[cell.verdict]}]{VERDICT_SYMBOL[cell.verdict]} {STATUS_SHORT[cell.status]}[/]"
-                            if cell else "")
+            rendered.append(
+                f"[{VERDICT_STYLE[cell.verdict]}]{VERDICT_SYMBOL[cell.verdict]} {STATUS_SHORT[cell.status]}[/]"
+                if cell
+                else ""
+            )
         table.add_row(escape(row), *rendered)
     console.print(table)
     console.print("   " + "  ".join(f"{VERDICT_SYMBOL[v]} [{VERDICT_STYLE[v]}]{v.value}[/]" for v in Verdict))
     for cell in sorted(run.cells, key=lambda c: c.id):
         if cell.verdict in (Verdict.BROKEN, Verdict.ERROR, Verdict.UNEXPECTED_PASS):
-            console.print(f"   [{VERDICT_STYLE[cell.verdict]}]{cell.verdict.value}[/] {escape(cell.id)}: {cell.status.value}: {escape(cell.reason)}")
+            style = VERDICT_STYLE[cell.verdict]
+            line = f"{escape(cell.id)}: {cell.status.value}: {escape(cell.reason)}"
+            console.print(f"   [{style}]{cell.verdict.value}[/] {line}")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -121,14 +147,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise HarnessError("--jobs must be at least 1")
     print_preamble(plan, f"(backend {args.backend}, {args.jobs} at a time)")
-    options = RunOptions(reports_dir=args.reports_dir, cache_dir=args.cache_dir or default_cache_dir(),
-                         jobs=args.jobs, cell_timeout=args.timeout)
+    options = RunOptions(
+        reports_dir=args.reports_dir,
+        cache_dir=args.cache_dir or default_cache_dir(),
+        jobs=args.jobs,
+        cell_timeout=args.timeout,
+    )
     run, run_dir = Pipeline(plan, options, ConsoleObserver()).execute()
     print_grid(run)
     console.print(f"report: {run_dir}/summary.md, results.json, junit.xml")
     code = run.exit_code
-    message = {ExitCode.OK: "[green]every promise kept[/]", ExitCode.BROKEN: "[bold red]a promise was broken[/]",
-               ExitCode.INFRASTRUCTURE: "[bold magenta]infrastructure errors: the run is incomplete[/]"}[code]
+    message = {
+        ExitCode.OK: "[green]every promise kept[/]",
+        ExitCode.BROKEN: "[bold red]a promise was broken[/]",
+        ExitCode.INFRASTRUCTURE: "[bold magenta]infrastructure errors: the run is incomplete[/]",
+    }[code]
     console.print(f"{message} (exit {int(code)})")
     return int(code)
 

@@ -12,8 +12,12 @@ from typing import Any
 from harness.run import CellExecution
 from harness.verdict import Status
 
-PYTEST_EXIT = {2: "interrupted (often a test module failed to import)", 3: "internal error",
-               4: "usage error", 5: "no tests were collected"}
+PYTEST_EXIT = {
+    2: "interrupted (often a test module failed to import)",
+    3: "internal error",
+    4: "usage error",
+    5: "no tests were collected",
+}
 LOAD_FAILED_EXIT = 10  # harness_cellprobe.LOAD_FAILED_EXIT
 SKIP_EXIT = 11  # harness_cellprobe.SKIP_EXIT
 
@@ -126,13 +130,19 @@ def classify(execution: CellExecution, timeout: float, expected_site: Path | Non
             reason = (probe.get("error_chain") or ["unknown load error"])[-1]
         return outcome(Status.LOAD_FAILED, reason, missing_symbol=symbol)
     module_file = probe.get("module_file")
-    if expected_site is not None and module_file and not Path(module_file).resolve().is_relative_to(expected_site.resolve()):
+    if (
+        expected_site is not None
+        and module_file
+        and not Path(module_file).resolve().is_relative_to(expected_site.resolve())
+    ):
         return outcome(Status.ERROR, f"the tests imported the extension from {module_file}, not from the built wheel")
     if junit is None:
         return outcome(Status.ERROR, f"pytest exited {code} without writing its junit report")
     if code == 0:
         if counts.passed:
-            return outcome(Status.PASS, f"{counts.passed} passed" + (f", {counts.skipped} skipped" if counts.skipped else ""))
+            return outcome(
+                Status.PASS, f"{counts.passed} passed" + (f", {counts.skipped} skipped" if counts.skipped else "")
+            )
         return outcome(Status.SKIPPED, f"all {counts.skipped} tests skipped")
     if code == 1 and (counts.failed or counts.errors):
         shown = ", ".join(failing[:3]) + (f" (+{len(failing) - 3} more)" if len(failing) > 3 else "")

@@ -80,7 +80,9 @@ def load_extension(directory: Path) -> Extension:
     data: dict[str, Any] = doc.data
     tests = (directory / data["tests"]).resolve()
     if not tests.is_dir():
-        raise ConfigError(doc.path, [f"{doc.where(('tests',))}: {data['tests']!r} is not a directory under {directory}"])
+        raise ConfigError(
+            doc.path, [f"{doc.where(('tests',))}: {data['tests']!r} is not a directory under {directory}"]
+        )
     return Extension(
         name=data["name"],
         module=data["module"],
@@ -95,11 +97,15 @@ def load_extension(directory: Path) -> Extension:
 def discover_extensions(doc: Document, problems: list[str]) -> dict[str, Extension]:
     """extensions/*/extension.yaml next to the matrix, plus the directories it lists."""
     base = doc.path.parent
-    found: list[tuple[Path, str]] = [(p.parent, "extensions/") for p in sorted((base / "extensions").glob("*/extension.yaml"))]
+    found: list[tuple[Path, str]] = [
+        (p.parent, "extensions/") for p in sorted((base / "extensions").glob("*/extension.yaml"))
+    ]
     for index, item in enumerate(doc.data.get("extensions") or []):
         directory = (base / item["path"]).resolve()
         if not (directory / "extension.yaml").is_file():
-            problems.append(f"{doc.where(('extensions', index, 'path'))}: {item['path']!r} has no extension.yaml ({directory})")
+            problems.append(
+                f"{doc.where(('extensions', index, 'path'))}: {item['path']!r} has no extension.yaml ({directory})"
+            )
             continue
         found.append((directory, doc.where(("extensions", index, "path"))))
     extensions: dict[str, Extension] = {}
@@ -110,7 +116,9 @@ def discover_extensions(doc: Document, problems: list[str]) -> dict[str, Extensi
             problems.extend(f"{exc.source}: {p}" for p in exc.problems)
             continue
         if ext.name in extensions and extensions[ext.name].root != ext.root:
-            problems.append(f"{origin}: extension name {ext.name!r} is used by {extensions[ext.name].root} and {ext.root}")
+            problems.append(
+                f"{origin}: extension name {ext.name!r} is used by {extensions[ext.name].root} and {ext.root}"
+            )
         extensions[ext.name] = ext
     return extensions
 
@@ -151,10 +159,10 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
                 f"{doc.where((*where, 'target'))}: target {item['target']!r} is below the extension's "
                 f"min_target {str(ext.min_target)!r}; its sources do not build for that level"
             )
-        spec = BuildSpec(ext, torch or Version("0"), item.get("variant", "auto"), target)
-        if spec in builds:
+        build = BuildSpec(ext, torch or Version("0"), item.get("variant", "auto"), target)
+        if build in builds:
             problems.append(f"{doc.where(where)}: duplicate build {item!r}")
-        builds.append(spec)
+        builds.append(build)
 
     if problems:
         raise ConfigError(path, problems)

@@ -120,14 +120,25 @@ class EnvManager:
         if failures:
             raise ResolutionError(
                 "torch release(s) not available from the configured sources "
-                f"({self.sources.describe()}):\n" + "\n".join(failures)
+                f"({self.sources.describe()}):\n"
+                + "\n".join(failures)
                 + "\n  fix the version in the matrix, or add the index or find-links that serves it "
                 "(matrix `sources:`, pip's configuration or UV_* variables)"
             )
 
     def _resolve_one(self, spec: EnvSpec) -> str | None:
-        argv = [self.uv, "pip", "compile", "-", "--no-deps", "--no-header", "--quiet",
-                "--python-version", spec.python, *self.sources.uv_args()]
+        argv = [
+            self.uv,
+            "pip",
+            "compile",
+            "-",
+            "--no-deps",
+            "--no-header",
+            "--quiet",
+            "--python-version",
+            spec.python,
+            *self.sources.uv_args(),
+        ]
         proc = cmd.run(argv, input=spec.requirement + "\n", check=False, timeout=300)
         if proc.returncode == 0:
             return None
@@ -157,8 +168,17 @@ class EnvManager:
         try:
             cmd.run([self.uv, "venv", "--quiet", "--python", spec.python, path], timeout=300)
             cmd.run(
-                [self.uv, "pip", "install", "--quiet", "--compile-bytecode", "--python", path / "bin" / "python",
-                 *self.sources.uv_args(), *self._requirements(spec)],
+                [
+                    self.uv,
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--compile-bytecode",
+                    "--python",
+                    path / "bin" / "python",
+                    *self.sources.uv_args(),
+                    *self._requirements(spec),
+                ],
                 timeout=3600,
             )
             # One real import proves the wheel set is complete (a CUDA wheel without its
@@ -183,7 +203,7 @@ class EnvManager:
             "variant": variant,
             "cuda": cuda,
             "seconds": round(seconds, 2),
-            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         }
         (path / MARKER).write_text(json.dumps(meta, indent=2) + "\n")
         log.info("created %s in %.1f s (torch %s)", path.name, seconds, torch_version)

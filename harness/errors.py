@@ -57,6 +57,5 @@ class CommandError(InfrastructureError):
         self.output = output
         tail = "\n".join(output.rstrip().splitlines()[-25:])
         super().__init__(
-            f"command failed with exit code {returncode} (cwd: {cwd or '.'}):\n"
-            f"  $ {' '.join(self.argv)}\n{tail}"
+            f"command failed with exit code {returncode} (cwd: {cwd or '.'}):\n  $ {' '.join(self.argv)}\n{tail}"
         )

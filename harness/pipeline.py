@@ -99,7 +99,8 @@ class Pipeline:
         self.timeout = options.cell_timeout or plan.matrix.settings.cell_timeout
 
     def provision(self) -> dict[EnvSpec, Env]:
-        specs = list(dict.fromkeys(env_spec(x) for x in (*self.plan.needed_builds, *self.plan.needed_runtimes)))
+        needed: list[Build | Runtime] = [*self.plan.needed_builds, *self.plan.needed_runtimes]
+        specs = list(dict.fromkeys(env_spec(x) for x in needed))
         self.observer.stage("resolve", f"{len(specs)} torch environment(s)")
         self.envs.resolve(specs)
         self.observer.stage("envs", f"{len(specs)} torch environment(s) in {self.envs.root}")
@@ -110,12 +111,13 @@ class Pipeline:
         builds = self.plan.needed_builds
         self.observer.stage("build", f"{len(builds)} build(s)")
         builder = Builder(self.options.cache_dir, self.plan.matrix.settings.build_timeout)
-        results = _parallel(self.options.jobs, lambda b: builder.build(b, envs[env_spec(b)]), builds,
-                            self.observer.build_done)
+        results = _parallel(
+            self.options.jobs, lambda b: builder.build(b, envs[env_spec(b)]), builds, self.observer.build_done
+        )
         return {r.build: r for r in results}
 
     def execute(self) -> tuple[RunResult, Path]:
-        started = datetime.datetime.now(datetime.timezone.utc)
+        started = datetime.datetime.now(datetime.UTC)
         envs = self.provision()
         builds = self.build_all(envs)
         run_id, run_dir = new_run_dir(self.options.reports_dir)
@@ -143,7 +145,7 @@ class Pipeline:
         run = RunResult(
             run_id=run_id,
             started=started.isoformat(timespec="seconds"),
-            finished=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            finished=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             harness_version=__version__,
             matrix=str(self.plan.matrix.path),
             backend=self.backend.name,
@@ -169,15 +171,25 @@ class Pipeline:
             startup = probe.get("plugin_started")
             expectation = promise(cell)
             result = CellResult(
-                id=cell.id, build_id=cell.build.id, runtime_id=cell.runtime.id, extension=cell.build.extension.name,
-                build_torch=str(cell.build.torch), build_variant=cell.build.variant,
+                id=cell.id,
+                build_id=cell.build.id,
+                runtime_id=cell.runtime.id,
+                extension=cell.build.extension.name,
+                build_torch=str(cell.build.torch),
+                build_variant=cell.build.variant,
                 target=str(cell.build.target) if cell.build.target else None,
-                runtime_torch=probe.get("torch_version") or env.torch_version, runtime_variant=env.variant,
-                backend=self.backend.name, device=cell.runtime.device,
-                status=outcome.status, reason=outcome.reason,
-                expected=expectation.expected, expected_why=expectation.why,
+                runtime_torch=probe.get("torch_version") or env.torch_version,
+                runtime_variant=env.variant,
+                backend=self.backend.name,
+                device=cell.runtime.device,
+                status=outcome.status,
+                reason=outcome.reason,
+                expected=expectation.expected,
+                expected_why=expectation.why,
                 verdict=judge(expectation.expected, outcome.status),
-                tests=outcome.tests, failing_tests=outcome.failing, missing_symbol=outcome.missing_symbol,
+                tests=outcome.tests,
+                failing_tests=outcome.failing,
+                missing_symbol=outcome.missing_symbol,
                 durations={
                     "total": execution.seconds,
                     "build": build.seconds,
@@ -186,25 +198,48 @@ class Pipeline:
                     "load": probe.get("load_s"),
                     "tests": outcome.tests_seconds,
                 },
-                logs=relative_logs([("stdout", execution.stdout), ("stderr", execution.stderr),
-                                    ("junit", execution.junit), ("probe", execution.probe),
-                                    ("build", build.log)], run_dir),
+                logs=relative_logs(
+                    [
+                        ("stdout", execution.stdout),
+                        ("stderr", execution.stderr),
+                        ("junit", execution.junit),
+                        ("probe", execution.probe),
+                        ("build", build.log),
+                    ],
+                    run_dir,
+                ),
             )
         (out / "result.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
         return result
 
-    def unrun(self, cell: Cell, build: BuildResult, reason: str, status: Status = Status.ERROR,
-              env: Env | None = None, run_dir: Path | None = None) -> CellResult:
+    def unrun(
+        self,
+        cell: Cell,
+        build: BuildResult,
+        reason: str,
+        status: Status = Status.ERROR,
+        env: Env | None = None,
+        run_dir: Path | None = None,
+    ) -> CellResult:
         expectation = promise(cell)
         return CellResult(
-            id=cell.id, build_id=cell.build.id, runtime_id=cell.runtime.id, extension=cell.build.extension.name,
-            build_torch=str(cell.build.torch), build_variant=cell.build.variant,
+            id=cell.id,
+            build_id=cell.build.id,
+            runtime_id=cell.runtime.id,
+            extension=cell.build.extension.name,
+            build_torch=str(cell.build.torch),
+            build_variant=cell.build.variant,
             target=str(cell.build.target) if cell.build.target else None,
             runtime_torch=env.torch_version if env else str(cell.runtime.torch),
             runtime_variant=env.variant if env else cell.runtime.variant,
-            backend=self.backend.name, device=cell.runtime.device, status=status, reason=reason,
-            expected=expectation.expected, expected_why=expectation.why,
-            verdict=judge(expectation.expected, status), tests=CaseCounts(),
+            backend=self.backend.name,
+            device=cell.runtime.device,
+            status=status,
+            reason=reason,
+            expected=expectation.expected,
+            expected_why=expectation.why,
+            verdict=judge(expectation.expected, status),
+            tests=CaseCounts(),
             durations={"build": build.seconds},
             logs=relative_logs([("build", build.log)], run_dir) if run_dir else {"build": str(build.log)},
         )

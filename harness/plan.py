@@ -14,7 +14,6 @@ from harness.schema import did_you_mean
 from harness.versions import ApiLevel
 
 
-
 @dataclasses.dataclass(frozen=True)
 class Build:
     extension: Extension

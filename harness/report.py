@@ -32,8 +32,14 @@ VERDICT_MEANING = {
     Verdict.ERROR: "the harness or its infrastructure failed; says nothing about the extension",
 }
 STATUS_SHORT = {
-    Status.PASS: "pass", Status.TEST_FAILED: "test", Status.LOAD_FAILED: "load", Status.BUILD_FAILED: "build",
-    Status.CRASHED: "crash", Status.TIMEOUT: "timeout", Status.SKIPPED: "skip", Status.ERROR: "error",
+    Status.PASS: "pass",
+    Status.TEST_FAILED: "test",
+    Status.LOAD_FAILED: "load",
+    Status.BUILD_FAILED: "build",
+    Status.CRASHED: "crash",
+    Status.TIMEOUT: "timeout",
+    Status.SKIPPED: "skip",
+    Status.ERROR: "error",
 }
 
 
@@ -64,10 +70,20 @@ class CellResult:
     def to_json(self) -> dict[str, Any]:
         return {
             "id": self.id,
-            "build": {"id": self.build_id, "extension": self.extension, "torch": self.build_torch,
-                      "variant": self.build_variant, "target": self.target},
-            "runtime": {"id": self.runtime_id, "torch": self.runtime_torch, "variant": self.runtime_variant,
-                        "backend": self.backend, "device": self.device},
+            "build": {
+                "id": self.build_id,
+                "extension": self.extension,
+                "torch": self.build_torch,
+                "variant": self.build_variant,
+                "target": self.target,
+            },
+            "runtime": {
+                "id": self.runtime_id,
+                "torch": self.runtime_torch,
+                "variant": self.runtime_variant,
+                "backend": self.backend,
+                "device": self.device,
+            },
             "status": self.status.value,
             "reason": self.reason,
             "expected": self.expected.value,
@@ -84,13 +100,27 @@ class CellResult:
     def from_json(cls, data: dict[str, Any]) -> CellResult:
         build, runtime = data["build"], data["runtime"]
         return cls(
-            id=data["id"], build_id=build["id"], runtime_id=runtime["id"], extension=build["extension"],
-            build_torch=build["torch"], build_variant=build["variant"], target=build["target"],
-            runtime_torch=runtime["torch"], runtime_variant=runtime["variant"], backend=runtime["backend"],
-            device=runtime["device"], status=Status(data["status"]), reason=data["reason"],
-            expected=Expected(data["expected"]), expected_why=data["expected_why"], verdict=Verdict(data["verdict"]),
-            tests=CaseCounts(**data["tests"]), failing_tests=tuple(data["failing_tests"]),
-            missing_symbol=data["missing_symbol"], durations=data["durations"], logs=data["logs"],
+            id=data["id"],
+            build_id=build["id"],
+            runtime_id=runtime["id"],
+            extension=build["extension"],
+            build_torch=build["torch"],
+            build_variant=build["variant"],
+            target=build["target"],
+            runtime_torch=runtime["torch"],
+            runtime_variant=runtime["variant"],
+            backend=runtime["backend"],
+            device=runtime["device"],
+            status=Status(data["status"]),
+            reason=data["reason"],
+            expected=Expected(data["expected"]),
+            expected_why=data["expected_why"],
+            verdict=Verdict(data["verdict"]),
+            tests=CaseCounts(**data["tests"]),
+            failing_tests=tuple(data["failing_tests"]),
+            missing_symbol=data["missing_symbol"],
+            durations=data["durations"],
+            logs=data["logs"],
         )
 
 
@@ -144,10 +174,16 @@ class RunResult:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RunResult:
         return cls(
-            run_id=data["run_id"], started=data["started"], finished=data["finished"],
-            harness_version=data["harness_version"], matrix=data["matrix"], backend=data["backend"],
-            selectors=tuple(data["selectors"]), cells=tuple(CellResult.from_json(c) for c in data["cells"]),
-            build_order=tuple(data["builds"]), runtime_order=tuple(data["runtimes"]),
+            run_id=data["run_id"],
+            started=data["started"],
+            finished=data["finished"],
+            harness_version=data["harness_version"],
+            matrix=data["matrix"],
+            backend=data["backend"],
+            selectors=tuple(data["selectors"]),
+            cells=tuple(CellResult.from_json(c) for c in data["cells"]),
+            build_order=tuple(data["builds"]),
+            runtime_order=tuple(data["runtimes"]),
             interrupted=data["interrupted"],
         )
 
@@ -166,12 +202,18 @@ def summary_markdown(run: RunResult) -> str:
         f"# Stable-ABI compatibility matrix: run {run.run_id}",
         "",
         f"Backend `{run.backend}`, matrix `{run.matrix}`, {len(run.cells)} cells"
-        + (f", selectors `{' '.join(run.selectors)}`" if run.selectors else "") + ".",
+        + (f", selectors `{' '.join(run.selectors)}`" if run.selectors else "")
+        + ".",
         "",
-        "**Result: " + {ExitCode.OK: "every promise kept", ExitCode.BROKEN: "a promise was broken",
-                        ExitCode.INFRASTRUCTURE: "the run had infrastructure errors"}[run.exit_code]
+        "**Result: "
+        + {
+            ExitCode.OK: "every promise kept",
+            ExitCode.BROKEN: "a promise was broken",
+            ExitCode.INFRASTRUCTURE: "the run had infrastructure errors",
+        }[run.exit_code]
         + f"** (exit {int(run.exit_code)}). "
-        + ", ".join(f"{n} {v.replace('_', ' ')}" for v, n in counts.items() if n) + ("; interrupted" if run.interrupted else ""),
+        + ", ".join(f"{n} {v.replace('_', ' ')}" for v, n in counts.items() if n)
+        + ("; interrupted" if run.interrupted else ""),
         "",
         "| build \\ runtime | " + " | ".join(f"`{c}`" for c in cols) + " |",
         "|---|" + "---|" * len(cols),
@@ -183,12 +225,16 @@ def summary_markdown(run: RunResult) -> str:
             cells.append(f"{VERDICT_SYMBOL[cell.verdict]} {STATUS_SHORT[cell.status]}" if cell else "")
         lines.append(f"| `{row}` | " + " | ".join(cells) + " |")
     lines += ["", "Legend: " + "; ".join(f"{VERDICT_SYMBOL[v]} {VERDICT_MEANING[v]}" for v in Verdict), ""]
-    explained = [c for c in sorted(run.cells, key=lambda c: c.id) if c.status is not Status.PASS or c.verdict is not Verdict.KEPT]
+    explained = [
+        c for c in sorted(run.cells, key=lambda c: c.id) if c.status is not Status.PASS or c.verdict is not Verdict.KEPT
+    ]
     if explained:
         lines += ["## Every cell that did not simply pass", ""]
         for cell in explained:
-            lines.append(f"- {VERDICT_SYMBOL[cell.verdict]} `{cell.id}`: **{cell.status.value}** ({cell.verdict.value}): "
-                         f"{cell.reason} (expected {cell.expected.value}: {cell.expected_why})")
+            lines.append(
+                f"- {VERDICT_SYMBOL[cell.verdict]} `{cell.id}`: **{cell.status.value}** ({cell.verdict.value}): "
+                f"{cell.reason} (expected {cell.expected.value}: {cell.expected_why})"
+            )
         lines.append("")
     return "\n".join(lines)
 
@@ -197,8 +243,13 @@ def junit_xml(run: RunResult) -> str:
     suite = ET.Element("testsuite", name="torch-stable-abi-matrix", tests=str(len(run.cells)))
     failures = errors = skipped = 0
     for cell in sorted(run.cells, key=lambda c: c.id):
-        case = ET.SubElement(suite, "testcase", classname=cell.build_id, name=cell.runtime_id,
-                             time=f"{cell.durations.get('total') or 0:.3f}")
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            classname=cell.build_id,
+            name=cell.runtime_id,
+            time=f"{cell.durations.get('total') or 0:.3f}",
+        )
         message = f"{cell.status.value}: {cell.reason}"
         if cell.verdict is Verdict.BROKEN:
             failures += 1

@@ -62,11 +62,22 @@ class Backend(Protocol):
 
 def pytest_argv(python: Path | str, tests: Path, out_dir: Path, config: Path) -> list[str]:
     return [
-        str(python), "-m", "pytest", str(tests),
-        "-c", str(config), "--rootdir", str(tests),
-        "-p", "harness_cellprobe", "-p", "no:cacheprovider",
-        "--import-mode=importlib", f"--junitxml={out_dir / 'junit.xml'}",
-        "-q", "-rfEs",
+        str(python),
+        "-m",
+        "pytest",
+        str(tests),
+        "-c",
+        str(config),
+        "--rootdir",
+        str(tests),
+        "-p",
+        "harness_cellprobe",
+        "-p",
+        "no:cacheprovider",
+        "--import-mode=importlib",
+        f"--junitxml={out_dir / 'junit.xml'}",
+        "-q",
+        "-rfEs",
     ]
 
 
@@ -117,8 +128,9 @@ def run_process(argv: list[str], environ: dict[str, str], out: Path, timeout: fl
     launched_at, started = time.time(), time.monotonic()
     timed_out = False
     with open(stdout, "wb") as out_f, open(stderr, "wb") as err_f:
-        proc = subprocess.Popen(argv, cwd=out, env=environ, stdout=out_f, stderr=err_f,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            argv, cwd=out, env=environ, stdout=out_f, stderr=err_f, stdin=subprocess.DEVNULL, start_new_session=True
+        )
         with _active_lock:
             _active_groups.add(proc.pid)
         if _stopping.is_set():  # started just as the run was interrupted
@@ -143,8 +155,16 @@ def run_process(argv: list[str], environ: dict[str, str], out: Path, timeout: fl
             _kill_group(proc.pid, signal.SIGKILL)  # stragglers a test may have started
             with _active_lock:
                 _active_groups.discard(proc.pid)
-    return CellExecution(returncode, timed_out, launched_at, time.monotonic() - started,
-                         stdout, stderr, out / "junit.xml", out / "probe.json")
+    return CellExecution(
+        returncode,
+        timed_out,
+        launched_at,
+        time.monotonic() - started,
+        stdout,
+        stderr,
+        out / "junit.xml",
+        out / "probe.json",
+    )
 
 
 def kill_active_cells() -> None:

@@ -107,7 +107,7 @@ class Document:
             missing = error.message.split("'")[1] if "'" in error.message else error.message
             yield f"{self.where(path)}: missing required key {missing!r}"
         elif error.validator == "enum":
-            allowed = [str(v) for v in error.validator_value]
+            allowed = [str(v) for v in schema.get("enum", [])]
             yield (
                 f"{self.where(path)}: {value!r} is not allowed; allowed: {', '.join(allowed)}"
                 f"{did_you_mean(str(value), allowed)}"

@@ -17,8 +17,14 @@ pytestmark = pytest.mark.integration
 
 
 def harness(*args: str | Path, cwd: Path, timeout: float = 3000) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "harness", *map(str, args)], cwd=cwd, text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *map(str, args)],
+        cwd=cwd,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        timeout=timeout,
+    )
 
 
 def latest_results(reports: Path) -> dict[str, Any]:
@@ -95,11 +101,13 @@ def make_extension(root: Path, name: str, test_source: str | None) -> Path:
     (ext / "tests").mkdir()
     (ext / "csrc" / "ops.cpp").write_text(CPP.replace("@NS@", name))
     (ext / "setup.py").write_text(SETUP.replace("@NS@", name))
-    (ext / "pyproject.toml").write_text('[build-system]\nrequires = ["setuptools", "torch"]\n'
-                                        'build-backend = "setuptools.build_meta"\n')
+    (ext / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools", "torch"]\nbuild-backend = "setuptools.build_meta"\n'
+    )
     (ext / name / "__init__.py").write_text(INIT.replace("@NS@", name))
     (ext / "extension.yaml").write_text(
-        f"name: {name}\nmodule: {name}\nmin_target: '2.10'\nrecipe: pep517\ntests: tests\n")
+        f"name: {name}\nmodule: {name}\nmin_target: '2.10'\nrecipe: pep517\ntests: tests\n"
+    )
     if test_source is not None:
         (ext / "tests" / f"test_{name}.py").write_text(textwrap.dedent(test_source).replace("@NS@", name))
     return ext

@@ -19,7 +19,9 @@ def test_a_release_the_sources_do_not_have_is_named_before_any_work(repo: Path, 
 
 
 def test_a_broken_matrix_lists_every_problem(tmp_path: Path) -> None:
-    (tmp_path / "matrix.yaml").write_text("schema_version: 1\nruntimes:\n  - torch: 2.10\n    devise: cpu\nbuilds: []\n")
+    (tmp_path / "matrix.yaml").write_text(
+        "schema_version: 1\nruntimes:\n  - torch: 2.10\n    devise: cpu\nbuilds: []\n"
+    )
     proc = harness("plan", cwd=tmp_path, timeout=60)
     assert proc.returncode == 2
     assert "line 3: runtimes[0].torch: '2.10' should be of type string" not in proc.stdout

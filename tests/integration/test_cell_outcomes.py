@@ -12,11 +12,13 @@ import pytest
 from conftest import cells_by_id, harness, latest_results, make_extension
 
 
-
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("outcomes")
-    make_extension(root / "extensions", "crashes", """
+    make_extension(
+        root / "extensions",
+        "crashes",
+        """
         from @NS@ import ops
 
         def test_before_the_crash():
@@ -24,14 +26,22 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
         def test_segfault():
             ops.crash()
-    """)
-    make_extension(root / "extensions", "hangs", """
+    """,
+    )
+    make_extension(
+        root / "extensions",
+        "hangs",
+        """
         from @NS@ import ops
 
         def test_spins_forever():
             ops.spin()
-    """)
-    make_extension(root / "extensions", "fails", """
+    """,
+    )
+    make_extension(
+        root / "extensions",
+        "fails",
+        """
         from @NS@ import ops
 
         def test_passes():
@@ -39,9 +49,12 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
         def test_answer_is_42():
             assert ops.answer() == 42
-    """)
+    """,
+    )
     make_extension(root / "extensions", "no_tests", None)
-    builds = "".join(f"  - extension: {name}\n    torch: 2.13.0\n" for name in ("crashes", "hangs", "fails", "no_tests"))
+    builds = "".join(
+        f"  - extension: {name}\n    torch: 2.13.0\n" for name in ("crashes", "hangs", "fails", "no_tests")
+    )
     (root / "matrix.yaml").write_text(f"schema_version: 1\nruntimes:\n  - torch: 2.13.0\nbuilds:\n{builds}")
     return root
 
@@ -64,14 +77,23 @@ def test_each_failure_mode_is_classified_and_the_run_completes(workspace: Path) 
     assert failed["failing_tests"] == ["test_fails::test_answer_is_42"]
     assert failed["tests"] == {"passed": 1, "failed": 1, "skipped": 0, "errors": 0}
     empty = cells["no_tests@b2.13.0~r2.13.0-cpu"]
-    assert (empty["status"], empty["verdict"], empty["reason"]) == ("ERROR", "error", "pytest exit 5: no tests were collected")
+    assert (empty["status"], empty["verdict"], empty["reason"]) == (
+        "ERROR",
+        "error",
+        "pytest exit 5: no tests were collected",
+    )
     stderr = (workspace / "reports" / "latest" / crashed["logs"]["stderr"]).read_text()
     assert "Segmentation fault" in stderr and "test_segfault" in stderr  # faulthandler names the test frame
 
 
 def test_an_interrupted_run_kills_its_cells_and_still_writes_the_report(workspace: Path) -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "-k", "hangs", "--reports-dir", "interrupted"],
-                            cwd=workspace, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", "run", "-k", "hangs", "--reports-dir", "interrupted"],
+        cwd=workspace,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     probes = workspace / "interrupted"
     deadline = time.monotonic() + 600
     probe: Path | None = None

@@ -41,10 +41,17 @@ def test_default_matrix_keeps_every_promise_then_reuses_everything(repo: Path, t
         assert cell["missing_symbol"] == symbol
         assert cell["reason"] == f"undefined symbol: {symbol}"
     assert cells["stable_basic@b2.13.0-t2.10~r2.9.1-cpu"]["missing_symbol"] == "torch_list_size"
-    assert results["summary"] == {"kept": 21, "broken": 0, "expected_failure": 7, "unexpected_pass": 0,
-                                  "skipped": 0, "error": 0}
+    assert results["summary"] == {
+        "kept": 21,
+        "broken": 0,
+        "expected_failure": 7,
+        "unexpected_pass": 0,
+        "skipped": 0,
+        "error": 0,
+    }
 
-    second = harness("run", "--matrix", repo / "matrix.yaml", "--reports-dir", tmp_path / "reports",
-                     "-k", "r2.10.0", cwd=tmp_path)
+    second = harness(
+        "run", "--matrix", repo / "matrix.yaml", "--reports-dir", tmp_path / "reports", "-k", "r2.10.0", cwd=tmp_path
+    )
     assert second.returncode == 0, second.stdout
     assert "created" not in second.stdout and second.stdout.count("(cached)") == 4, second.stdout

@@ -25,8 +25,16 @@ def cell(tmp_path: Path, code: int | None, probe: dict | None, junit: str | None
         (tmp_path / "probe.json").write_text(json.dumps(probe))
     if junit is not None:
         (tmp_path / "junit.xml").write_text(junit)
-    return CellExecution(code, timed_out, 0.0, 1.0, tmp_path / "stdout.log", tmp_path / "stderr.log",
-                         tmp_path / "junit.xml", tmp_path / "probe.json")
+    return CellExecution(
+        code,
+        timed_out,
+        0.0,
+        1.0,
+        tmp_path / "stdout.log",
+        tmp_path / "stderr.log",
+        tmp_path / "junit.xml",
+        tmp_path / "probe.json",
+    )
 
 
 def test_pass(tmp_path: Path) -> None:
@@ -55,23 +63,36 @@ def test_no_tests_collected_is_an_error_not_a_pass(tmp_path: Path) -> None:
 
 
 def test_all_tests_skipped_is_skipped(tmp_path: Path) -> None:
-    only_skips = ('<testsuites><testsuite name="pytest" tests="1" time="0"><testcase classname="t" name="s">'
-                  '<skipped message="x"/></testcase></testsuite></testsuites>')
+    only_skips = (
+        '<testsuites><testsuite name="pytest" tests="1" time="0"><testcase classname="t" name="s">'
+        '<skipped message="x"/></testcase></testsuite></testsuites>'
+    )
     outcome = classify(cell(tmp_path, 0, LOADED, only_skips), 60, None)
     assert (outcome.status, outcome.reason) == (Status.SKIPPED, "all 1 tests skipped")
 
 
 def test_load_failure_carries_the_missing_symbol(tmp_path: Path) -> None:
-    probe = {"phase": "load_failed", "load_ok": False, "missing_symbol": "torch_list_size",
-             "error_chain": ["OSError: Could not load", "OSError: x.so: undefined symbol: torch_list_size"]}
+    probe = {
+        "phase": "load_failed",
+        "load_ok": False,
+        "missing_symbol": "torch_list_size",
+        "error_chain": ["OSError: Could not load", "OSError: x.so: undefined symbol: torch_list_size"],
+    }
     outcome = classify(cell(tmp_path, 10, probe, None), 60, None)
     assert (outcome.status, outcome.reason, outcome.missing_symbol) == (
-        Status.LOAD_FAILED, "undefined symbol: torch_list_size", "torch_list_size")
+        Status.LOAD_FAILED,
+        "undefined symbol: torch_list_size",
+        "torch_list_size",
+    )
 
 
 def test_load_failure_without_a_symbol_keeps_the_loaders_words(tmp_path: Path) -> None:
-    probe = {"phase": "load_failed", "load_ok": False, "missing_symbol": None,
-             "error_chain": ["OSError: Could not load", "OSError: x.so: wrong ELF class: ELFCLASS32"]}
+    probe = {
+        "phase": "load_failed",
+        "load_ok": False,
+        "missing_symbol": None,
+        "error_chain": ["OSError: Could not load", "OSError: x.so: wrong ELF class: ELFCLASS32"],
+    }
     outcome = classify(cell(tmp_path, 10, probe, None), 60, None)
     assert (outcome.status, outcome.reason) == (Status.LOAD_FAILED, "OSError: x.so: wrong ELF class: ELFCLASS32")
 
@@ -85,7 +106,10 @@ def test_a_signal_is_a_crash_naming_the_running_test(tmp_path: Path) -> None:
 def test_timeout(tmp_path: Path) -> None:
     probe = {"phase": "tests", "load_ok": True, "current_test": "test_x.py::test_hang"}
     outcome = classify(cell(tmp_path, None, probe, None, timed_out=True), 7, None)
-    assert (outcome.status, outcome.reason) == (Status.TIMEOUT, "no result after 7 s, killed in test test_x.py::test_hang")
+    assert (outcome.status, outcome.reason) == (
+        Status.TIMEOUT,
+        "no result after 7 s, killed in test test_x.py::test_hang",
+    )
 
 
 def test_no_probe_is_an_infrastructure_error(tmp_path: Path) -> None:

@@ -41,7 +41,15 @@ def problems(path: Path) -> list[str]:
 
 def test_the_committed_default_matrix_loads(repo: Path) -> None:
     matrix = load_matrix(repo / "matrix.yaml")
-    assert [str(r.torch) for r in matrix.runtimes] == ["2.9.1", "2.10.0", "2.11.0", "2.12.1", "2.13.0", "2.14.1", "2.15.0"]
+    assert [str(r.torch) for r in matrix.runtimes] == [
+        "2.9.1",
+        "2.10.0",
+        "2.11.0",
+        "2.12.1",
+        "2.13.0",
+        "2.14.1",
+        "2.15.0",
+    ]
     assert {b.target for b in matrix.builds} == {None, ApiLevel(2, 9), ApiLevel(2, 10)}
     assert "stable_basic" in matrix.extensions
 
@@ -57,7 +65,9 @@ def test_a_valid_matrix_gives_typed_values(tmp_path: Path) -> None:
 def test_unknown_key_names_line_path_allowed_keys_and_close_match(tmp_path: Path) -> None:
     found = problems(write_matrix(tmp_path, GOOD.replace('target: "2.10"', 'targt: "2.10"')))
     assert len(found) == 1
-    assert found[0].startswith("line 9: builds[0].targt: unknown key 'targt'; allowed: extension, target, torch, variant")
+    assert found[0].startswith(
+        "line 9: builds[0].targt: unknown key 'targt'; allowed: extension, target, torch, variant"
+    )
     assert found[0].endswith("did you mean 'target'?")
 
 
@@ -76,8 +86,10 @@ def test_unknown_extension_gets_a_close_match(tmp_path: Path) -> None:
 
 def test_target_below_the_extensions_min_target_is_refused(tmp_path: Path) -> None:
     found = problems(write_matrix(tmp_path, GOOD.replace('target: "2.10"', 'target: "2.9"')))
-    assert found == ["line 9: builds[0].target: target '2.9' is below the extension's min_target '2.10'; "
-                     "its sources do not build for that level"]
+    assert found == [
+        "line 9: builds[0].target: target '2.9' is below the extension's min_target '2.10'; "
+        "its sources do not build for that level"
+    ]
 
 
 def test_duplicate_runtime_is_refused(tmp_path: Path) -> None:
@@ -113,5 +125,5 @@ def test_invalid_extension_file_is_reported_with_its_own_path(tmp_path: Path) ->
 def test_api_level_hex_is_torch_target_version() -> None:
     assert ApiLevel.parse("2.10").hex == "0x020a000000000000"
     assert ApiLevel.parse("2.9").hex == "0x0209000000000000"
-    with pytest.raises(ValueError, match="major.minor"):
+    with pytest.raises(ValueError, match=r"major\.minor"):
         ApiLevel.parse("2.10.0")

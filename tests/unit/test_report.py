@@ -12,20 +12,43 @@ from harness.schema import load_schema
 from harness.verdict import Expected, Status, Verdict
 
 
-def result(build: str, runtime: str, status: Status, verdict: Verdict, expected: Expected = Expected.PASS) -> CellResult:
+def result(
+    build: str, runtime: str, status: Status, verdict: Verdict, expected: Expected = Expected.PASS
+) -> CellResult:
     return CellResult(
-        id=f"demo@{build}~{runtime}", build_id=f"demo@{build}", runtime_id=runtime, extension="demo",
-        build_torch=build[1:].split("-")[0], build_variant="auto", target=None, runtime_torch=runtime[1:-4],
-        runtime_variant="cpu", backend="venv", device="cpu", status=status, reason=f"{status.value} because",
-        expected=expected, expected_why="policy", verdict=verdict, tests=CaseCounts(passed=3),
-        durations={"total": 1.5, "import_torch": None}, logs={"stdout": "cells/x/stdout.log"},
+        id=f"demo@{build}~{runtime}",
+        build_id=f"demo@{build}",
+        runtime_id=runtime,
+        extension="demo",
+        build_torch=build[1:].split("-")[0],
+        build_variant="auto",
+        target=None,
+        runtime_torch=runtime[1:-4],
+        runtime_variant="cpu",
+        backend="venv",
+        device="cpu",
+        status=status,
+        reason=f"{status.value} because",
+        expected=expected,
+        expected_why="policy",
+        verdict=verdict,
+        tests=CaseCounts(passed=3),
+        durations={"total": 1.5, "import_torch": None},
+        logs={"stdout": "cells/x/stdout.log"},
     )
 
 
 def run_of(*cells: CellResult) -> RunResult:
     return RunResult(
-        run_id="20261121-000000", started="s", finished="f", harness_version="0.1.0", matrix="matrix.yaml",
-        backend="venv", selectors=(), cells=cells, build_order=("demo@b2.13.0", "demo@b2.10.0"),
+        run_id="20261121-000000",
+        started="s",
+        finished="f",
+        harness_version="0.1.0",
+        matrix="matrix.yaml",
+        backend="venv",
+        selectors=(),
+        cells=cells,
+        build_order=("demo@b2.13.0", "demo@b2.10.0"),
         runtime_order=("r2.10.0-cpu", "r2.13.0-cpu"),
     )
 
@@ -38,7 +61,11 @@ ERROR = result("b2.10.0", "r2.10.0-cpu", Status.ERROR, Verdict.ERROR)
 
 @pytest.mark.parametrize(
     ("cells", "code"),
-    [((KEPT, EXPECTED_FAIL), ExitCode.OK), ((KEPT, BROKEN, ERROR), ExitCode.BROKEN), ((KEPT, ERROR), ExitCode.INFRASTRUCTURE)],
+    [
+        ((KEPT, EXPECTED_FAIL), ExitCode.OK),
+        ((KEPT, BROKEN, ERROR), ExitCode.BROKEN),
+        ((KEPT, ERROR), ExitCode.INFRASTRUCTURE),
+    ],
 )
 def test_exit_code_is_the_worst_verdict(cells: tuple[CellResult, ...], code: ExitCode) -> None:
     assert run_of(*cells).exit_code is code
@@ -51,8 +78,14 @@ def test_results_json_matches_its_schema_and_round_trips(tmp_path: Path) -> None
     jsonschema.validate(data, load_schema("results"))
     assert data["schema_version"] == 1 and data["exit_code"] == 1
     assert [c["id"] for c in data["cells"]] == sorted(c["id"] for c in data["cells"])
-    assert data["summary"] == {"kept": 1, "broken": 1, "expected_failure": 1, "unexpected_pass": 0,
-                               "skipped": 0, "error": 1}
+    assert data["summary"] == {
+        "kept": 1,
+        "broken": 1,
+        "expected_failure": 1,
+        "unexpected_pass": 0,
+        "skipped": 0,
+        "error": 1,
+    }
     assert load_results(files["results"]).to_json() == data
 
 

@@ -37,13 +37,21 @@ def test_a_hanging_cell_and_its_children_are_killed(tmp_path: Path) -> None:
 
 
 def test_a_signal_death_is_a_negative_returncode(tmp_path: Path) -> None:
-    execution = run_process([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"],
-                            dict(os.environ), tmp_path, timeout=30)
+    execution = run_process(
+        [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"],
+        dict(os.environ),
+        tmp_path,
+        timeout=30,
+    )
     assert execution.returncode == -11 and not execution.timed_out
 
 
 def test_output_is_kept(tmp_path: Path) -> None:
-    execution = run_process([sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr)"],
-                            dict(os.environ), tmp_path, timeout=30)
+    execution = run_process(
+        [sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr)"],
+        dict(os.environ),
+        tmp_path,
+        timeout=30,
+    )
     assert execution.returncode == 0
     assert execution.stdout.read_text() == "out\n" and execution.stderr.read_text() == "err\n"

@@ -7,8 +7,12 @@ from harness.sources import resolve_sources
 def test_pip_configuration_and_uv_variables_are_merged(tmp_path: Path) -> None:
     conf = tmp_path / "pip.conf"
     conf.write_text("[global]\nfind-links = /wheels\nextra-index-url = file:///a/simple file:///b/simple\n")
-    environ = {"HOME": str(tmp_path), "PIP_CONFIG_FILE": str(conf), "UV_FIND_LINKS": "/more-wheels",
-               "XDG_CONFIG_HOME": str(tmp_path / "none")}
+    environ = {
+        "HOME": str(tmp_path),
+        "PIP_CONFIG_FILE": str(conf),
+        "UV_FIND_LINKS": "/more-wheels",
+        "XDG_CONFIG_HOME": str(tmp_path / "none"),
+    }
     resolved = resolve_sources(Sources(extra_index_urls=("https://matrix/simple",)), environ)
     assert resolved.extra_index_urls == ("https://matrix/simple", "file:///a/simple", "file:///b/simple")
     assert resolved.find_links == ("/more-wheels", "/wheels")
