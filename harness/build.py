@@ -11,6 +11,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -25,7 +26,7 @@ from harness.sources import uv_binary
 
 log = logging.getLogger(__name__)
 
-BUILD_FORMAT = 1
+BUILD_FORMAT = 2  # 2: reasons with shortened paths
 IGNORED = ("__pycache__", "build", "dist", "*.egg-info", "*.so", "*.pyc", ".pytest_cache")
 
 
@@ -78,9 +79,12 @@ def cache_key(build: Build, env: Env, compiler: str) -> str:
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
 
 
-def first_error_line(text: str) -> str:
+def first_error_line(text: str, work: Path) -> str:
+    """The compiler's first error, with the build copy's and torch's long paths cut off."""
     for line in text.splitlines():
         if "error:" in line or "#error" in line:
+            line = line.replace(f"{work}/", "")
+            line = re.sub(r"\S*/site-packages/torch/include/", "<torch>/include/", line)
             return line.strip()[:300]
     return "the recipe exited non-zero (see the build log)"
 
@@ -151,7 +155,7 @@ class Builder:
             try:
                 proc = cmd.run(argv, env=environ, timeout=self.timeout, check=False)
                 text, ok = proc.stdout, proc.returncode == 0
-                reason = "" if ok else first_error_line(text)
+                reason = "" if ok else first_error_line(text, work)
             except CommandError as exc:  # timed out, or uv vanished
                 text, ok, reason = exc.output, False, str(exc).splitlines()[0]
         build_log.write_text(f"$ {cmd.shell_line(argv)}\n{text}")

@@ -8,6 +8,7 @@ import datetime
 import json
 import logging
 import os
+import shutil
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -121,6 +122,7 @@ class Pipeline:
         envs = self.provision()
         builds = self.build_all(envs)
         run_id, run_dir = new_run_dir(self.options.reports_dir)
+        builds = {build: _with_log_in(run_dir, result) for build, result in builds.items()}
         cells = self.plan.cells
         self.observer.stage("run", f"{len(cells)} cell(s), {self.options.jobs} at a time, timeout {self.timeout:.0f} s")
         threads = max(1, (os.cpu_count() or 1) // self.options.jobs)
@@ -243,6 +245,14 @@ class Pipeline:
             durations={"build": build.seconds},
             logs=relative_logs([("build", build.log)], run_dir) if run_dir else {"build": str(build.log)},
         )
+
+
+def _with_log_in(run_dir: Path, result: BuildResult) -> BuildResult:
+    """A copy of the build log in the run's report, so the report stands on its own."""
+    log_copy = run_dir / "builds" / f"{result.build.id}.log"
+    log_copy.parent.mkdir(exist_ok=True)
+    shutil.copyfile(result.log, log_copy)
+    return dataclasses.replace(result, log=log_copy)
 
 
 def _point_latest(reports_dir: Path, run_dir: Path) -> None:
