@@ -13,7 +13,13 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.integration
+HERE = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if HERE in item.path.parents:
+            item.add_marker(pytest.mark.integration)
 
 
 def harness(*args: str | Path, cwd: Path, timeout: float = 3000) -> subprocess.CompletedProcess[str]:
