@@ -52,7 +52,12 @@ def test_an_env_with_other_requirements_is_not_trusted(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("version", "cuda", "variant"),
-    [("2.13.0+cpu", None, "cpu"), ("2.10.0+cu128", "12.8", "cu128"), ("2.10.0", "12.8", "cu128"), ("2.10.0", None, "cpu")],
+    [
+        ("2.13.0+cpu", None, "cpu"),
+        ("2.10.0+cu128", "12.8", "cu128"),
+        ("2.10.0", "12.8", "cu128"),
+        ("2.10.0", None, "cpu"),
+    ],
 )
 def test_variant_detection(version: str, cuda: str | None, variant: str) -> None:
     assert detect_variant(version, cuda) == variant
