@@ -20,8 +20,13 @@ def fake_env(root: Path, torch_version: str = "2.13.0+cpu", marker_version: str 
     torch_dir = path / "lib" / "python3.11" / "site-packages" / "torch"
     torch_dir.mkdir(parents=True)
     (torch_dir / "version.py").write_text(f"__version__ = '{torch_version}'\ncuda: Optional[str] = None\n")
-    meta = {"format": ENV_FORMAT, "requirements": [SPEC.requirement, *RUNNER_REQUIREMENTS],
-            "torch_version": marker_version, "variant": "cpu", "seconds": 3.0}
+    meta = {
+        "format": ENV_FORMAT,
+        "requirements": [SPEC.requirement, *RUNNER_REQUIREMENTS],
+        "torch_version": marker_version,
+        "variant": "cpu",
+        "seconds": 3.0,
+    }
     (path / MARKER).write_text(json.dumps(meta))
     return manager
 
