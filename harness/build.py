@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import cmd
+from harness import commands
 from harness.envs import Env, locked
 from harness.errors import CommandError
 from harness.plan import Build
@@ -150,15 +150,15 @@ class Builder:
             log.info(
                 "building %s: %s",
                 build.id,
-                cmd.shell_line(argv, {k: environ[k] for k in ("TORCH_TARGET_VERSION",) if k in environ}),
+                commands.shell_line(argv, {k: environ[k] for k in ("TORCH_TARGET_VERSION",) if k in environ}),
             )
             try:
-                proc = cmd.run(argv, env=environ, timeout=self.timeout, check=False)
+                proc = commands.run(argv, env=environ, timeout=self.timeout, check=False)
                 text, ok = proc.stdout, proc.returncode == 0
                 reason = "" if ok else first_error_line(text, work)
             except CommandError as exc:  # timed out, or uv vanished
                 text, ok, reason = exc.output, False, str(exc).splitlines()[0]
-        build_log.write_text(f"$ {cmd.shell_line(argv)}\n{text}")
+        build_log.write_text(f"$ {commands.shell_line(argv)}\n{text}")
         wheel: Path | None = None
         if ok:
             wheels = sorted((out / "dist").glob("*.whl"))
@@ -166,7 +166,7 @@ class Builder:
                 ok, reason = False, f"the recipe produced {len(wheels)} wheels, expected 1"
             else:
                 wheel = wheels[0]
-                cmd.run(
+                commands.run(
                     [
                         self.uv,
                         "pip",

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import platformdirs
+from packaging.version import Version
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -18,10 +19,11 @@ from harness import __version__
 from harness.build import BuildResult
 from harness.config import DEFAULT_MATRIX, load_matrix
 from harness.envs import Env
-from harness.errors import ExitCode, HarnessError
+from harness.errors import BadInputError, ExitCode, HarnessError
 from harness.plan import Plan, make_plan
 from harness.report import STATUS_SHORT, VERDICT_SYMBOL, CellResult, RunResult
 from harness.verdict import Verdict, promise
+from harness.versions import ApiLevel
 
 # Off a terminal (CI logs, pipes) never wrap or cut cell ids: they are meant to be copied.
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 250)
@@ -73,6 +75,16 @@ def parser() -> argparse.ArgumentParser:
 
     plan = sub.add_parser("plan", help="print the selected cells and what each is promised; do nothing else")
     common(plan)
+
+    check = sub.add_parser("check", help="predict from ELF symbols alone where an artifact (.so or wheel) loads")
+    check.add_argument("artifact", type=Path, help="a shared object or a wheel")
+    check.add_argument(
+        "--runtimes",
+        default=None,
+        metavar="LIST",
+        help="releases to check: '2.10.0,2.13' or '2.10+' (default: every release in the manifest)",
+    )
+    check.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     return top
 
 
@@ -133,6 +145,8 @@ def print_grid(run: RunResult) -> None:
     console.print(table)
     console.print("   " + "  ".join(f"{VERDICT_SYMBOL[v]} [{VERDICT_STYLE[v]}]{v.value}[/]" for v in Verdict))
     for cell in sorted(run.cells, key=lambda c: c.id):
+        for finding in cell.findings:
+            console.print(f"   [yellow]finding[/] {escape(cell.id)}: {escape(finding)}")
         if cell.verdict in (Verdict.BROKEN, Verdict.ERROR, Verdict.UNEXPECTED_PASS):
             style = VERDICT_STYLE[cell.verdict]
             line = f"{escape(cell.id)}: {cell.status.value}: {escape(cell.reason)}"
@@ -173,12 +187,89 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return int(ExitCode.OK)
 
 
+def select_releases(manifest_releases: Sequence[str], spec: str | None) -> list[str]:
+    if not spec:
+        return list(manifest_releases)
+    chosen: list[str] = []
+    for item in (s.strip() for s in spec.split(",") if s.strip()):
+        newer = item.endswith("+")
+        try:
+            level = ApiLevel.parse(".".join(item.rstrip("+").split(".")[:2]))
+        except ValueError as exc:
+            raise BadInputError(f"--runtimes: {item!r} is not a release such as '2.10.0' or '2.10+'") from exc
+        found = [
+            r
+            for r in manifest_releases
+            if (ApiLevel.of(Version(r)) >= level if newer else ApiLevel.of(Version(r)) == level)
+        ]
+        if not found:
+            raise BadInputError(
+                f"--runtimes: {item!r} matches no release of the manifest ({', '.join(manifest_releases)})"
+            )
+        chosen += [r for r in found if r not in chosen]
+    return sorted(chosen, key=Version)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    import json
+
+    from harness.manifest import packaged_manifest
+    from harness.predict import ArtifactImports, Predicted, predict
+    from harness.symbols import read_artifact
+
+    manifest = packaged_manifest()
+    releases = select_releases(manifest.releases, args.runtimes)
+    imports = ArtifactImports.of(read_artifact(args.artifact))
+    predictions = [predict(imports, r, manifest.exported_by(r), manifest, full_exports=False) for r in releases]
+    loads = [p.runtime for p in predictions if p.outcome is Predicted.LOADS]
+    loads_from = next(
+        (
+            r
+            for r in releases
+            if all(p.outcome is Predicted.LOADS for p in predictions if Version(p.runtime) >= Version(r))
+        ),
+        None,
+    )
+    failing = any(p.outcome is Predicted.LOAD_FAILED for p in predictions)
+    if args.json:
+        sys.stdout.write(
+            json.dumps(
+                {
+                    "schema_version": 1,
+                    "artifact": str(args.artifact),
+                    "imports": imports.to_json(),
+                    "predictions": [{"runtime": p.runtime, **p.to_json()} for p in predictions],
+                    "loads_from": loads_from,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
+        return int(ExitCode.BROKEN if failing else ExitCode.OK)
+    floor = ", ".join(f"{k} {v}" for k, v in imports.floor.items()) or "nothing versioned"
+    console.print(
+        f"[bold]{escape(args.artifact.name)}[/]: {len(imports.stable)} stable shims, "
+        f"{len(imports.unstable)} unstable C++ symbols, {len(imports.python)} Python C API, "
+        f"{len(imports.system)} system; needs {floor}"
+    )
+    for mangled, readable in imports.unstable.items():
+        console.print(f"   [yellow]unstable[/] {escape(readable)}  [dim]{escape(mangled)}[/]")
+    style = {Predicted.LOADS: "green", Predicted.LOAD_FAILED: "red", Predicted.UNKNOWN: "yellow"}
+    for p in predictions:
+        console.print(f"   {p.runtime:<8} [{style[p.outcome]}]{p.outcome.value:<12}[/] {escape(p.summary)}")
+    if loads_from:
+        console.print(f"predicted to load on {loads_from} and every newer release checked")
+    elif not loads:
+        console.print("[red]predicted to load on none of the releases checked[/]")
+    return int(ExitCode.BROKEN if failing else ExitCode.OK)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     level = {0: logging.WARNING, 1: logging.INFO}.get(args.verbose, logging.DEBUG)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     try:
-        return {"run": cmd_run, "plan": cmd_plan}[args.command](args)
+        return {"run": cmd_run, "plan": cmd_plan, "check": cmd_check}[args.command](args)
     except HarnessError as exc:
         console.print(f"[bold red]error[/]: {escape(str(exc))}", soft_wrap=True)
         return int(exc.exit_code)

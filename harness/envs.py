@@ -18,7 +18,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from harness import cmd
+from harness import commands
 from harness.errors import CommandError, InfrastructureError, ResolutionError
 from harness.sources import ResolvedSources, uv_binary
 
@@ -58,6 +58,13 @@ class Env:
     @property
     def python(self) -> Path:
         return self.path / "bin" / "python"
+
+    @property
+    def torch_lib(self) -> Path:
+        found = sorted(self.path.glob("lib/python*/site-packages/torch/lib"))
+        if not found:
+            raise InfrastructureError(f"{self.path}: torch/lib not found")
+        return found[0]
 
 
 def detect_variant(torch_version: str, cuda: str | None) -> str:
@@ -139,7 +146,7 @@ class EnvManager:
             spec.python,
             *self.sources.uv_args(),
         ]
-        proc = cmd.run(argv, input=spec.requirement + "\n", check=False, timeout=300)
+        proc = commands.run(argv, input=spec.requirement + "\n", check=False, timeout=300)
         if proc.returncode == 0:
             return None
         reason = " ".join(line.strip() for line in proc.stdout.strip().splitlines()[-4:])
@@ -166,8 +173,8 @@ class EnvManager:
         started = time.monotonic()
         log.info("creating %s (%s)", path, spec.requirement)
         try:
-            cmd.run([self.uv, "venv", "--quiet", "--python", spec.python, path], timeout=300)
-            cmd.run(
+            commands.run([self.uv, "venv", "--quiet", "--python", spec.python, path], timeout=300)
+            commands.run(
                 [
                     self.uv,
                     "pip",
@@ -183,7 +190,7 @@ class EnvManager:
             )
             # One real import proves the wheel set is complete (a CUDA wheel without its
             # nvidia-* dependencies installs fine and fails here).
-            cmd.run([path / "bin" / "python", "-c", "import torch"], timeout=300)
+            commands.run([path / "bin" / "python", "-c", "import torch"], timeout=300)
         except CommandError:
             shutil.rmtree(path, ignore_errors=True)
             raise

@@ -18,10 +18,13 @@ from harness import __version__
 from harness.build import Builder, BuildResult
 from harness.collect import CaseCounts, classify
 from harness.envs import Env, EnvManager, EnvSpec
+from harness.manifest import packaged_manifest
 from harness.plan import Build, Cell, Plan, Runtime
+from harness.predict import ArtifactImports, Predicted, Prediction, findings, predict
 from harness.report import CellResult, RunResult, relative_logs, write_report
 from harness.run import Backend, CellRequest, VenvBackend, kill_active_cells
 from harness.sources import resolve_sources
+from harness.symbols import library_exports, read_artifact
 from harness.verdict import Status, judge, promise
 
 log = logging.getLogger(__name__)
@@ -123,6 +126,7 @@ class Pipeline:
         builds = self.build_all(envs)
         run_id, run_dir = new_run_dir(self.options.reports_dir)
         builds = {build: _with_log_in(run_dir, result) for build, result in builds.items()}
+        predictions = self.predict_cells(envs, builds)
         cells = self.plan.cells
         self.observer.stage("run", f"{len(cells)} cell(s), {self.options.jobs} at a time, timeout {self.timeout:.0f} s")
         threads = max(1, (os.cpu_count() or 1) // self.options.jobs)
@@ -130,7 +134,8 @@ class Pipeline:
         interrupted = False
 
         def one(cell: Cell) -> CellResult:
-            return self.run_cell(cell, envs[env_spec(cell.runtime)], builds[cell.build], run_dir, threads)
+            env, build = envs[env_spec(cell.runtime)], builds[cell.build]
+            return self.run_cell(cell, env, build, run_dir, threads, predictions.get(cell.id))
 
         def done(result: CellResult) -> None:
             results[result.id] = result
@@ -161,7 +166,37 @@ class Pipeline:
         _point_latest(self.options.reports_dir, run_dir)
         return run, run_dir
 
-    def run_cell(self, cell: Cell, env: Env, build: BuildResult, run_dir: Path, threads: int) -> CellResult:
+    def predict_cells(self, envs: dict[EnvSpec, Env], builds: dict[Build, BuildResult]) -> dict[str, Prediction]:
+        """Every cell predicted from ELF symbols (the build's imports, the runtime's exports) before any runs."""
+        started = time.monotonic()
+        manifest = packaged_manifest()
+        imports = {b: ArtifactImports.of(read_artifact(r.wheel)) for b, r in builds.items() if r.ok and r.wheel}
+        exports: dict[EnvSpec, frozenset[str]] = {}
+        predictions: dict[str, Prediction] = {}
+        for cell in self.plan.cells:
+            if cell.build not in imports:
+                continue
+            env = envs[env_spec(cell.runtime)]
+            if env.spec not in exports:
+                exports[env.spec] = library_exports(env.torch_lib, env.path / "harness-exports.json")
+            predictions[cell.id] = predict(imports[cell.build], env.torch_version, exports[env.spec], manifest, True)
+        failing = sum(p.outcome is Predicted.LOAD_FAILED for p in predictions.values())
+        self.observer.stage(
+            "predict",
+            f"{len(predictions)} cell(s) from ELF symbols in {time.monotonic() - started:.1f} s: "
+            f"{len(predictions) - failing} predicted to load, {failing} not",
+        )
+        return predictions
+
+    def run_cell(
+        self,
+        cell: Cell,
+        env: Env,
+        build: BuildResult,
+        run_dir: Path,
+        threads: int,
+        prediction: Prediction | None = None,
+    ) -> CellResult:
         out = run_dir / "cells" / cell.id
         out.mkdir(parents=True, exist_ok=True)
         if not build.ok:
@@ -200,6 +235,8 @@ class Pipeline:
                     "load": probe.get("load_s"),
                     "tests": outcome.tests_seconds,
                 },
+                prediction=prediction.to_json() if prediction else None,
+                findings=tuple(findings(prediction, outcome.status.value, outcome.reason, outcome.missing_symbol)),
                 logs=relative_logs(
                     [
                         ("stdout", execution.stdout),

@@ -31,6 +31,7 @@ VERDICT_MEANING = {
     Verdict.SKIPPED: "not run (reason given)",
     Verdict.ERROR: "the harness or its infrastructure failed; says nothing about the extension",
 }
+FINDING_MARK = "🔎"
 STATUS_SHORT = {
     Status.PASS: "pass",
     Status.TEST_FAILED: "test",
@@ -66,6 +67,8 @@ class CellResult:
     missing_symbol: str | None = None
     durations: dict[str, float | None] = dataclasses.field(default_factory=dict)
     logs: dict[str, str] = dataclasses.field(default_factory=dict)
+    prediction: dict[str, Any] | None = None  # the static prediction made before the cell ran
+    findings: tuple[str, ...] = ()  # where the outcome disagrees with the prediction
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -94,6 +97,8 @@ class CellResult:
             "missing_symbol": self.missing_symbol,
             "durations": {k: (round(v, 3) if v is not None else None) for k, v in sorted(self.durations.items())},
             "logs": dict(sorted(self.logs.items())),
+            "prediction": self.prediction,
+            "findings": list(self.findings),
         }
 
     @classmethod
@@ -121,6 +126,8 @@ class CellResult:
             missing_symbol=data["missing_symbol"],
             durations=data["durations"],
             logs=data["logs"],
+            prediction=data["prediction"],
+            findings=tuple(data["findings"]),
         )
 
 
@@ -222,9 +229,22 @@ def summary_markdown(run: RunResult) -> str:
         cells = []
         for col in cols:
             cell = by_key.get((row, col))
-            cells.append(f"{VERDICT_SYMBOL[cell.verdict]} {STATUS_SHORT[cell.status]}" if cell else "")
+            mark = f" {FINDING_MARK}" if cell and cell.findings else ""
+            cells.append(f"{VERDICT_SYMBOL[cell.verdict]} {STATUS_SHORT[cell.status]}{mark}" if cell else "")
         lines.append(f"| `{row}` | " + " | ".join(cells) + " |")
-    lines += ["", "Legend: " + "; ".join(f"{VERDICT_SYMBOL[v]} {VERDICT_MEANING[v]}" for v in Verdict), ""]
+    legend = "; ".join(f"{VERDICT_SYMBOL[v]} {VERDICT_MEANING[v]}" for v in Verdict)
+    lines += ["", f"Legend: {legend}; {FINDING_MARK} the outcome disagrees with the static prediction", ""]
+    findings = [c for c in sorted(run.cells, key=lambda c: c.id) if c.findings]
+    predicted = sum(1 for c in run.cells if c.prediction is not None)
+    verdict_line = f"{len(findings)} disagree:" if findings else "every prediction matched the outcome."
+    lines += [
+        "## Prediction vs outcome",
+        "",
+        f"{predicted} cells were predicted from ELF symbols before running; {verdict_line}",
+        "",
+    ]
+    lines += [f"- {FINDING_MARK} `{c.id}`: {f}" for c in findings for f in c.findings]
+    lines.append("")
     explained = [
         c for c in sorted(run.cells, key=lambda c: c.id) if c.status is not Status.PASS or c.verdict is not Verdict.KEPT
     ]

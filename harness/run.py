@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Protocol
 
-from harness import cmd
+from harness import commands
 from harness.build import BuildResult
 from harness.envs import Env
 from harness.plan import Cell
@@ -117,14 +117,14 @@ class VenvBackend:
             if passthrough in os.environ:
                 environ[passthrough] = os.environ[passthrough]
         argv = pytest_argv(request.env.python, request.cell.build.extension.tests, out, cell_config(request))
-        (out / "command.txt").write_text(cmd.shell_line(argv, environ, out) + "\n")
+        (out / "command.txt").write_text(commands.shell_line(argv, environ, out) + "\n")
         return run_process(argv, environ, out, request.timeout)
 
 
 def run_process(argv: list[str], environ: dict[str, str], out: Path, timeout: float) -> CellExecution:
     """Run argv in its own process group; on timeout kill the whole group. Nothing is left running."""
     stdout, stderr = out / "stdout.log", out / "stderr.log"
-    log.debug("$ %s", cmd.shell_line(argv, environ, out))
+    log.debug("$ %s", commands.shell_line(argv, environ, out))
     launched_at, started = time.time(), time.monotonic()
     timed_out = False
     with open(stdout, "wb") as out_f, open(stderr, "wb") as err_f:

@@ -76,6 +76,11 @@ def test_each_failure_mode_is_classified_and_the_run_completes(workspace: Path) 
     assert (failed["status"], failed["verdict"]) == ("TEST_FAILED", "broken")
     assert failed["failing_tests"] == ["test_fails::test_answer_is_42"]
     assert failed["tests"] == {"passed": 1, "failed": 1, "skipped": 0, "errors": 0}
+    assert failed["prediction"]["outcome"] == "loads"
+    assert failed["findings"] == [
+        "loaded as predicted, then TEST_FAILED: a break that symbols do not show "
+        "(1 of 2 tests failed: test_fails::test_answer_is_42)"
+    ]
     empty = cells["no_tests@b2.13.0~r2.13.0-cpu"]
     assert (empty["status"], empty["verdict"], empty["reason"]) == (
         "ERROR",

@@ -36,6 +36,9 @@ def test_default_matrix_keeps_every_promise_then_reuses_everything(repo: Path, t
             assert got["tests"]["passed"] >= 20 and got["tests"]["failed"] == 0
         else:
             assert (got["status"], got["verdict"]) == ("LOAD_FAILED", "expected_failure"), got
+    for got in cells.values():  # the static prediction agrees with every real outcome
+        assert got["findings"] == [], got
+        assert got["prediction"]["outcome"] == ("loads" if got["status"] == "PASS" else "load_failed")
     for runtime, symbol in NEGATIVE_CONTROL_SYMBOL.items():
         cell = cells[f"stable_basic@b2.15.0~r{runtime}-cpu"]
         assert cell["missing_symbol"] == symbol
