@@ -85,6 +85,27 @@ def parser() -> argparse.ArgumentParser:
         help="releases to check: '2.10.0,2.13' or '2.10+' (default: every release in the manifest)",
     )
     check.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+
+    abi = sub.add_parser("abi-diff", help="stable exports and declarations removed, added or changed between releases")
+    abi.add_argument("old", help="a release ('2.14' or '2.14.1') or a torch wheel")
+    abi.add_argument("new", help="a release or a torch wheel (e.g. a release candidate)")
+    abi.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+
+    audit = sub.add_parser(
+        "audit-guards", help="declarations visible at a target that the target release does not export"
+    )
+    audit.add_argument("release", help="the release whose headers are audited, e.g. 2.12.1")
+    audit.add_argument(
+        "--min-target", default="2.9", help="the lowest target an extension may ask for (default: %(default)s)"
+    )
+    audit.add_argument(
+        "--headers",
+        type=Path,
+        default=None,
+        help="torch/include of that release for the compile probes (default: its harness env, if made)",
+    )
+    audit.add_argument("--no-probe", action="store_true", help="skip the compile probes")
+    audit.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     return top
 
 
@@ -264,12 +285,96 @@ def cmd_check(args: argparse.Namespace) -> int:
     return int(ExitCode.BROKEN if failing else ExitCode.OK)
 
 
+def cmd_abi_diff(args: argparse.Namespace) -> int:
+    import json
+
+    from harness.abidiff import diff, surface
+    from harness.manifest import packaged_manifest
+
+    manifest = packaged_manifest()
+    result = diff(surface(manifest, args.old), surface(manifest, args.new))
+    code = int(ExitCode.BROKEN if result.breaking else ExitCode.OK)
+    if args.json:
+        sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
+        return code
+    console.print(f"[bold]stable surface {escape(result.old)} -> {escape(result.new)}[/]")
+    sections: list[tuple[str, str, Sequence[str]]] = [
+        ("red", "removed exports (binaries that use them stop loading)", result.removed_exports),
+        ("red", "changed signatures", [f"{c.name}: {c.old}  ->  {c.new}" for c in result.changed_signatures]),
+        ("yellow", "removed declarations (source break)", result.removed_declarations),
+        ("yellow", "changed version guards", [f"{n}: {o} -> {w}" for n, o, w in result.changed_guards]),
+        ("green", "added exports", result.added_exports),
+        ("green", "added declarations", result.added_declarations),
+    ]
+    for style, title, items in sections:
+        console.print(f"[{style}]{title}: {len(items)}[/]")
+        for item in items:
+            console.print(f"   {escape(item)}")
+    verdict = "[bold red]breaking[/]" if result.breaking else "[green]no removal, no signature change[/]"
+    console.print(f"{verdict} (exit {code})")
+    return code
+
+
+def cmd_audit_guards(args: argparse.Namespace) -> int:
+    import json
+
+    from harness.audit import confirm, find_latent_breaks
+    from harness.config import DEFAULT_PYTHON
+    from harness.envs import EnvManager, EnvSpec
+    from harness.manifest import packaged_manifest
+    from harness.sources import ResolvedSources
+
+    manifest = packaged_manifest()
+    release = manifest.release_for(Version(args.release if args.release.count(".") >= 2 else f"{args.release}.0"))
+    if release is None:
+        raise BadInputError(f"{args.release!r} is not in the manifest (releases: {', '.join(manifest.releases)})")
+    breaks = find_latent_breaks(manifest, release, ApiLevel.parse(args.min_target))
+    include = args.headers
+    if include is None and not args.no_probe:
+        env = EnvManager(default_cache_dir(), ResolvedSources(None, (), (), "")).cached(
+            EnvSpec(Version(release), "auto", DEFAULT_PYTHON)
+        )
+        include = env.torch_lib.parent / "include" if env else None
+    probed = include is not None and not args.no_probe
+    if probed and breaks:
+        breaks = confirm(breaks, include)
+    if args.json:
+        sys.stdout.write(
+            json.dumps(
+                {
+                    "release": release,
+                    "min_target": args.min_target,
+                    "probed": probed,
+                    "latent_breaks": [b.to_json() for b in breaks],
+                },
+                indent=2,
+            )
+            + "\n"
+        )
+        return int(ExitCode.BROKEN if breaks else ExitCode.OK)
+    console.print(
+        f"[bold]{release}[/]: {len(breaks)} declaration(s) visible at a target whose release does not export them"
+        + ("" if probed else " [dim](not confirmed by compiling: no headers; pass --headers)[/]")
+    )
+    for item in breaks:
+        mark = {True: "[red]confirmed[/]", False: "[green]not visible when compiled[/]", None: "[dim]unprobed[/]"}
+        console.print(f"   {mark[item.confirmed]} {escape(item.describe())}")
+    return int(ExitCode.BROKEN if any(b.confirmed is not False for b in breaks) else ExitCode.OK)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     level = {0: logging.WARNING, 1: logging.INFO}.get(args.verbose, logging.DEBUG)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     try:
-        return {"run": cmd_run, "plan": cmd_plan, "check": cmd_check}[args.command](args)
+        commands = {
+            "run": cmd_run,
+            "plan": cmd_plan,
+            "check": cmd_check,
+            "abi-diff": cmd_abi_diff,
+            "audit-guards": cmd_audit_guards,
+        }
+        return commands[args.command](args)
     except HarnessError as exc:
         console.print(f"[bold red]error[/]: {escape(str(exc))}", soft_wrap=True)
         return int(exc.exit_code)

@@ -14,6 +14,7 @@ from harness.versions import ApiLevel, parse_release
 
 Device = Literal["cpu", "cuda"]
 DEFAULT_MATRIX = Path("matrix.yaml")
+DEFAULT_PYTHON = "3.11"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,7 +171,7 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
     sources = data.get("sources") or {}
     return Matrix(
         path=path.resolve(),
-        python=data.get("python", "3.11"),
+        python=data.get("python", DEFAULT_PYTHON),
         settings=Settings(**settings),
         sources=Sources(
             inherit_pip_config=sources.get("inherit_pip_config", True),

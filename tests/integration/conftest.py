@@ -75,15 +75,20 @@ STABLE_TORCH_LIBRARY_IMPL(@NS@, CompositeExplicitAutograd, m) {
 """
 
 SETUP = """\
+import os
+
 from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CppExtension
+
+EXTRA = ["-std=c++17", "-include", "cstring"]
+if os.environ.get("TORCH_TARGET_VERSION"):
+    EXTRA.append("-DTORCH_TARGET_VERSION=" + os.environ["TORCH_TARGET_VERSION"])
 
 setup(
     name="@NS@",
     version="0.0.1",
     packages=["@NS@"],
-    ext_modules=[CppExtension("@NS@._C", ["csrc/ops.cpp"], extra_compile_args=["-std=c++17", "-include", "cstring"],
-                              py_limited_api=True)],
+    ext_modules=[CppExtension("@NS@._C", ["csrc/ops.cpp"], extra_compile_args=EXTRA, py_limited_api=True)],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=False)},
     options={"bdist_wheel": {"py_limited_api": "cp39"}},
 )
@@ -99,20 +104,20 @@ ops = torch.ops.@NS@
 """
 
 
-def make_extension(root: Path, name: str, test_source: str | None) -> Path:
-    """A small real stable-ABI extension with ops that crash, hang or answer wrongly."""
+def make_extension(root: Path, name: str, test_source: str | None, cpp: str = CPP, min_target: str = "2.10") -> Path:
+    """A small real stable-ABI extension (by default with ops that crash, hang or answer wrongly)."""
     ext = root / name
     (ext / "csrc").mkdir(parents=True)
     (ext / name).mkdir()
     (ext / "tests").mkdir()
-    (ext / "csrc" / "ops.cpp").write_text(CPP.replace("@NS@", name))
+    (ext / "csrc" / "ops.cpp").write_text(cpp.replace("@NS@", name))
     (ext / "setup.py").write_text(SETUP.replace("@NS@", name))
     (ext / "pyproject.toml").write_text(
         '[build-system]\nrequires = ["setuptools", "torch"]\nbuild-backend = "setuptools.build_meta"\n'
     )
     (ext / name / "__init__.py").write_text(INIT.replace("@NS@", name))
     (ext / "extension.yaml").write_text(
-        f"name: {name}\nmodule: {name}\nmin_target: '2.10'\nrecipe: pep517\ntests: tests\n"
+        f"name: {name}\nmodule: {name}\nmin_target: '{min_target}'\nrecipe: pep517\ntests: tests\n"
     )
     if test_source is not None:
         (ext / "tests" / f"test_{name}.py").write_text(textwrap.dedent(test_source).replace("@NS@", name))

@@ -102,13 +102,15 @@ def test_an_interrupted_run_kills_its_cells_and_still_writes_the_report(workspac
     probes = workspace / "interrupted"
     deadline = time.monotonic() + 600
     probe: Path | None = None
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and proc.poll() is None:
         found = list(probes.glob("*/cells/*/probe.json"))
         if found and '"phase": "tests"' in found[0].read_text():
             probe = found[0]
             break
         time.sleep(0.2)
-    assert probe is not None, "the hanging cell never started"
+    if probe is None:
+        proc.kill()
+        raise AssertionError(f"the hanging cell never started:\n{proc.communicate()[0]}")
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 3, out

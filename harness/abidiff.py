@@ -1,0 +1,104 @@
+"""What the stable surface lost, gained or changed between two releases (or a candidate wheel)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from packaging.version import Version
+
+from harness.errors import BadInputError
+from harness.manifest import Declaration, Manifest, scan_wheel
+
+
+@dataclasses.dataclass(frozen=True)
+class Surface:
+    release: str
+    exports: frozenset[str]
+    declarations: dict[str, Declaration]
+
+
+@dataclasses.dataclass(frozen=True)
+class SignatureChange:
+    name: str
+    old: str
+    new: str
+
+
+@dataclasses.dataclass(frozen=True)
+class AbiDiff:
+    old: str
+    new: str
+    removed_exports: tuple[str, ...]
+    added_exports: tuple[str, ...]
+    removed_declarations: tuple[str, ...]  # gone from the headers (source break; binary break only if unexported too)
+    added_declarations: tuple[str, ...]
+    changed_signatures: tuple[SignatureChange, ...]
+    changed_guards: tuple[tuple[str, str | None, str | None], ...]
+
+    @property
+    def breaking(self) -> bool:
+        """A binary built against `old` may stop loading or misbehave on `new`."""
+        return bool(self.removed_exports or self.changed_signatures)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "old": self.old,
+            "new": self.new,
+            "breaking": self.breaking,
+            "removed_exports": list(self.removed_exports),
+            "added_exports": list(self.added_exports),
+            "removed_declarations": list(self.removed_declarations),
+            "added_declarations": list(self.added_declarations),
+            "changed_signatures": [dataclasses.asdict(c) for c in self.changed_signatures],
+            "changed_guards": [{"name": n, "old": o, "new": w} for n, o, w in self.changed_guards],
+        }
+
+
+def surface(manifest: Manifest, ref: str) -> Surface:
+    """A release of the manifest ('2.10' or '2.10.0'), or a torch wheel on disk (a candidate)."""
+    path = Path(ref)
+    if ref.endswith(".whl"):
+        if not path.is_file():
+            raise BadInputError(f"{ref}: no such wheel")
+        scan = scan_wheel(path)
+        return Surface(f"{scan.release} ({path.name})", scan.exports, scan.declarations)
+    try:
+        version = Version(ref if ref.count(".") >= 2 else f"{ref}.0")
+    except ValueError as exc:
+        raise BadInputError(f"{ref!r} is neither a release such as '2.10.0' nor a .whl file") from exc
+    release = manifest.release_for(version)
+    if release is None:
+        raise BadInputError(
+            f"{ref!r} is not in the manifest (releases: {', '.join(manifest.releases)}); "
+            "pass a torch wheel instead, or regenerate the manifest with `nox -s manifest`"
+        )
+    declarations: dict[str, Declaration] = {}
+    for name in manifest.names():
+        decl = manifest[name].declaration_in(release)
+        if decl is not None:
+            declarations[name] = Declaration(name, decl["header"], decl["guard"], decl["device"], decl["signature"])
+    return Surface(release, manifest.exported_by(release), declarations)
+
+
+def diff(old: Surface, new: Surface) -> AbiDiff:
+    shared = sorted(set(old.declarations) & set(new.declarations))
+    return AbiDiff(
+        old=old.release,
+        new=new.release,
+        removed_exports=tuple(sorted(old.exports - new.exports)),
+        added_exports=tuple(sorted(new.exports - old.exports)),
+        removed_declarations=tuple(sorted(set(old.declarations) - set(new.declarations))),
+        added_declarations=tuple(sorted(set(new.declarations) - set(old.declarations))),
+        changed_signatures=tuple(
+            SignatureChange(n, old.declarations[n].signature, new.declarations[n].signature)
+            for n in shared
+            if old.declarations[n].signature != new.declarations[n].signature
+        ),
+        changed_guards=tuple(
+            (n, old.declarations[n].guard, new.declarations[n].guard)
+            for n in shared
+            if old.declarations[n].guard != new.declarations[n].guard
+        ),
+    )

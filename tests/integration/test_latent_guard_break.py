@@ -1,0 +1,72 @@
+"""A latent break that audit-guards reports, reproduced end to end.
+
+torch 2.13-2.15 declare aoti_torch_int64_to_ivalue in c/shim.h with no version
+guard, but only 2.10 and later export it. An extension that targets 2.9 compiles
+against 2.15's headers, is promised to run on 2.9 (T <= min(B, R)), and does not
+load there. The harness must call that a broken promise, and must have predicted it.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import cells_by_id, harness, latest_results, make_extension
+
+CPP = """\
+#include <torch/csrc/stable/library.h>
+#include <cstring>
+
+// int_roundtrip(int x) -> int: builds a c10::IValue through a shim that target 2.9 can see.
+void boxed_int_roundtrip(StableIValue* stack, uint64_t, uint64_t) {
+  int64_t value;
+  std::memcpy(&value, &stack[0], sizeof(value));
+  C10IValueHandle handle = nullptr;
+  aoti_torch_int64_to_ivalue(value, &handle);
+  aoti_torch_delete_c10_value_object(handle);
+  std::memcpy(&stack[0], &value, sizeof(value));
+}
+
+STABLE_TORCH_LIBRARY(@NS@, m) { m.def("int_roundtrip(int x) -> int"); }
+STABLE_TORCH_LIBRARY_IMPL(@NS@, CompositeExplicitAutograd, m) { m.impl("int_roundtrip", &boxed_int_roundtrip); }
+"""
+
+TEST = """
+    from @NS@ import ops
+
+    def test_roundtrip():
+        assert ops.int_roundtrip(7) == 7
+"""
+
+
+def test_audit_guards_claim_is_a_real_broken_promise(tmp_path: Path) -> None:
+    audit = subprocess.run(
+        [sys.executable, "-m", "harness", "audit-guards", "2.15.0", "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    claims = {b["name"]: b for b in json.loads(audit.stdout)["latent_breaks"]}
+    assert audit.returncode == 1
+    assert claims["aoti_torch_int64_to_ivalue"]["visible_from"] == "2.9"
+    assert claims["aoti_torch_int64_to_ivalue"]["first_exported"] == "2.10.0"
+    assert claims["aoti_torch_int64_to_ivalue"]["confirmed"] is True
+
+    make_extension(tmp_path / "extensions", "latent", TEST, cpp=CPP, min_target="2.9")
+    (tmp_path / "matrix.yaml").write_text(
+        "schema_version: 1\nruntimes:\n  - torch: 2.9.1\n  - torch: 2.10.0\n"
+        "builds:\n  - {extension: latent, torch: 2.15.0, target: '2.9'}\n"
+    )
+    proc = harness("run", "--reports-dir", "reports", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout
+    cells = cells_by_id(latest_results(tmp_path / "reports"))
+    old = cells["latent@b2.15.0-t2.9~r2.9.1-cpu"]
+    assert (old["expected"], old["status"], old["verdict"]) == ("pass", "LOAD_FAILED", "broken")
+    assert old["missing_symbol"] in {"aoti_torch_int64_to_ivalue", "aoti_torch_delete_c10_value_object"}
+    assert old["prediction"]["outcome"] == "load_failed" and old["findings"] == []
+    assert {m["name"] for m in old["prediction"]["missing"]} == {
+        "aoti_torch_int64_to_ivalue",
+        "aoti_torch_delete_c10_value_object",
+    }
+    new = cells["latent@b2.15.0-t2.9~r2.10.0-cpu"]
+    assert (new["status"], new["verdict"]) == ("PASS", "kept")
