@@ -1,6 +1,11 @@
 """Sessions: `nox -s matrix` runs the compatibility matrix; `nox -s tests` tests the harness itself."""
 
+import json
+from pathlib import Path
+
 import nox
+
+MANIFEST = Path(__file__).parent / "harness" / "data" / "stable_manifest.json"
 
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.sessions = ["lint", "tests"]
@@ -42,3 +47,44 @@ def bench(session: nox.Session) -> None:
     """Per-stage timings: env provisioning, builds, the per-cell split and the matrix against its floor."""
     session.install("-e", ".")
     session.run("python", "benchmarks/bench.py", *session.posargs)
+
+
+@nox.session(default=False)
+def manifest(session: nox.Session) -> None:
+    """Regenerate harness/data/stable_manifest.json from the torch wheels (-- 2.16.0 adds a release).
+
+    The wheels are the CUDA builds from the default index (pip --isolated: no local +cpu wheel),
+    so CUDA-only shims are seen exported too. They are kept in nox's cache between runs.
+    """
+    session.install("-e", ".", "pip")
+    releases = sorted(set(json.loads(MANIFEST.read_text())["releases"]) | set(session.posargs), key=_version_key)
+    cache = Path(session.cache_dir) / "torch-wheels"
+    wheels = []
+    for release in releases:
+        folder = cache / release
+        found = sorted(folder.glob("torch-*.whl"))
+        if not found:
+            session.run(
+                "python",
+                "-m",
+                "pip",
+                "download",
+                "--isolated",
+                "--no-deps",
+                "--only-binary",
+                ":all:",
+                "--python-version",
+                "3.11",
+                "--platform",
+                "manylinux_2_28_x86_64",
+                "-d",
+                str(folder),
+                f"torch=={release}",
+            )
+            found = sorted(folder.glob("torch-*.whl"))
+        wheels.append(str(found[-1]))
+    session.run("python", "-m", "harness.manifest", *wheels, "--out", str(MANIFEST))
+
+
+def _version_key(release: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in release.split(".")[:3])

@@ -72,6 +72,8 @@ def normalize_signature(ret: str, params: str) -> str:
         param = " ".join(param.split())
         param = re.sub(r"\(\s*\*\s*\w+\s*\)", "(*)", param)  # function pointer name
         param = re.sub(r"\s*=\s*[^,]+$", "", param)  # default values
+        if "(" not in param:
+            param = re.sub(r"\s*([*&]+)\s*", r"\1 ", param).strip()  # 'int64_t *ret' -> 'int64_t* ret'
         tokens = re.match(r"^(.*?[\w\*&\]\)>])\s+(\w+)$", param)
         if tokens and tokens[2] not in {
             "const",
