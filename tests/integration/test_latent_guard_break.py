@@ -40,24 +40,12 @@ TEST = """
 
 
 def test_audit_guards_claim_is_a_real_broken_promise(tmp_path: Path) -> None:
-    audit = subprocess.run(
-        [sys.executable, "-m", "harness", "audit-guards", "2.15.0", "--json"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    claims = {b["name"]: b for b in json.loads(audit.stdout)["latent_breaks"]}
-    assert audit.returncode == 1
-    assert claims["aoti_torch_int64_to_ivalue"]["visible_from"] == "2.9"
-    assert claims["aoti_torch_int64_to_ivalue"]["first_exported"] == "2.10.0"
-    assert claims["aoti_torch_int64_to_ivalue"]["confirmed"] is True
-
     make_extension(tmp_path / "extensions", "latent", TEST, cpp=CPP, min_target="2.9")
     (tmp_path / "matrix.yaml").write_text(
         "schema_version: 1\nruntimes:\n  - torch: 2.9.1\n  - torch: 2.10.0\n"
         "builds:\n  - {extension: latent, torch: 2.15.0, target: '2.9'}\n"
     )
-    proc = harness("run", "--reports-dir", "reports", cwd=tmp_path)
+    proc = harness("run", "--reports-dir", "reports", cwd=tmp_path)  # also makes the 2.15.0 env the probes use
     assert proc.returncode == 1, proc.stdout
     cells = cells_by_id(latest_results(tmp_path / "reports"))
     old = cells["latent@b2.15.0-t2.9~r2.9.1-cpu"]
@@ -70,3 +58,16 @@ def test_audit_guards_claim_is_a_real_broken_promise(tmp_path: Path) -> None:
     }
     new = cells["latent@b2.15.0-t2.9~r2.10.0-cpu"]
     assert (new["status"], new["verdict"]) == ("PASS", "kept")
+
+    audit = subprocess.run(
+        [sys.executable, "-m", "harness", "audit-guards", "2.15.0", "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert audit.returncode == 1, audit.stdout + audit.stderr
+    report = json.loads(audit.stdout)
+    assert report["probed"] is True
+    claims = {b["name"]: b for b in report["latent_breaks"]}
+    claim = claims["aoti_torch_int64_to_ivalue"]
+    assert (claim["visible_from"], claim["first_exported"], claim["confirmed"]) == ("2.9", "2.10.0", True)
