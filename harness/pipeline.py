@@ -12,11 +12,11 @@ import shutil
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from harness import __version__
 from harness.build import Builder, BuildResult
-from harness.collect import CaseCounts, classify
+from harness.collect import classify
 from harness.envs import Env, EnvManager, EnvSpec
 from harness.manifest import packaged_manifest
 from harness.plan import Build, Cell, Plan, Runtime
@@ -206,24 +206,12 @@ class Pipeline:
             outcome = classify(execution, self.timeout, build.site)
             probe = outcome.probe
             startup = probe.get("plugin_started")
-            expectation = promise(cell)
-            result = CellResult(
-                id=cell.id,
-                build_id=cell.build.id,
-                runtime_id=cell.runtime.id,
-                extension=cell.build.extension.name,
-                build_torch=str(cell.build.torch),
-                build_variant=cell.build.variant,
-                target=str(cell.build.target) if cell.build.target else None,
+            result = self._result(
+                cell,
+                outcome.status,
+                outcome.reason,
                 runtime_torch=probe.get("torch_version") or env.torch_version,
                 runtime_variant=env.variant,
-                backend=self.backend.name,
-                device=cell.runtime.device,
-                status=outcome.status,
-                reason=outcome.reason,
-                expected=expectation.expected,
-                expected_why=expectation.why,
-                verdict=judge(expectation.expected, outcome.status),
                 tests=outcome.tests,
                 failing_tests=outcome.failing,
                 missing_symbol=outcome.missing_symbol,
@@ -260,6 +248,20 @@ class Pipeline:
         env: Env | None = None,
         run_dir: Path | None = None,
     ) -> CellResult:
+        return self._result(
+            cell,
+            status,
+            reason,
+            runtime_torch=env.torch_version if env else str(cell.runtime.torch),
+            runtime_variant=env.variant if env else cell.runtime.variant,
+            durations={"build": build.seconds},
+            logs=relative_logs([("build", build.log)], run_dir) if run_dir else {"build": str(build.log)},
+        )
+
+    def _result(
+        self, cell: Cell, status: Status, reason: str, runtime_torch: str, runtime_variant: str, **details: Any
+    ) -> CellResult:
+        """A cell's result: its identity, what happened, and the promise it is judged against."""
         expectation = promise(cell)
         return CellResult(
             id=cell.id,
@@ -269,8 +271,8 @@ class Pipeline:
             build_torch=str(cell.build.torch),
             build_variant=cell.build.variant,
             target=str(cell.build.target) if cell.build.target else None,
-            runtime_torch=env.torch_version if env else str(cell.runtime.torch),
-            runtime_variant=env.variant if env else cell.runtime.variant,
+            runtime_torch=runtime_torch,
+            runtime_variant=runtime_variant,
             backend=self.backend.name,
             device=cell.runtime.device,
             status=status,
@@ -278,9 +280,7 @@ class Pipeline:
             expected=expectation.expected,
             expected_why=expectation.why,
             verdict=judge(expectation.expected, status),
-            tests=CaseCounts(),
-            durations={"build": build.seconds},
-            logs=relative_logs([("build", build.log)], run_dir) if run_dir else {"build": str(build.log)},
+            **details,
         )
 
 

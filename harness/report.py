@@ -62,7 +62,7 @@ class CellResult:
     expected: Expected
     expected_why: str
     verdict: Verdict
-    tests: CaseCounts
+    tests: CaseCounts = dataclasses.field(default_factory=CaseCounts)
     failing_tests: tuple[str, ...] = ()
     missing_symbol: str | None = None
     durations: dict[str, float | None] = dataclasses.field(default_factory=dict)
