@@ -381,3 +381,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         console.print("[bold red]interrupted[/] before any cell ran; nothing was reported")
         return int(ExitCode.INFRASTRUCTURE)
+    except Exception as exc:  # never let a harness bug exit 1, which means "a promise was broken"
+        logging.getLogger("harness").debug("internal error", exc_info=True)
+        message = f"{type(exc).__name__}: {escape(str(exc))}"
+        console.print(f"[bold red]internal error[/]: {message} (run with -vv for the traceback)")
+        return int(ExitCode.INFRASTRUCTURE)

@@ -87,3 +87,14 @@ def test_a_target_newer_than_the_build_torch_is_expected_not_to_build(tmp_path: 
 )
 def test_verdicts(expected: Expected, status: Status, verdict: Verdict) -> None:
     assert judge(expected, status) is verdict
+
+
+def test_an_unexpected_failure_exits_3_not_1(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A harness bug must never exit 1, which means "a promise was broken"."""
+    from harness import cli
+
+    def boom(args: object) -> int:
+        raise OSError("disk on fire")
+
+    monkeypatch.setattr(cli, "cmd_plan", boom)
+    assert cli.main(["plan"]) == 3
