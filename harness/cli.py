@@ -22,6 +22,7 @@ from harness.envs import Env
 from harness.errors import BadInputError, ExitCode, HarnessError
 from harness.plan import Plan, make_plan
 from harness.report import STATUS_SHORT, VERDICT_SYMBOL, CellResult, RunResult
+from harness.rundiff import RunDiff, compare, load_run
 from harness.verdict import Verdict, promise
 from harness.versions import ApiLevel
 
@@ -72,6 +73,12 @@ def parser() -> argparse.ArgumentParser:
         help="environments and builds (default: $HARNESS_CACHE_DIR or the user cache dir)",
     )
     run.add_argument("--timeout", type=float, default=None, help="seconds per cell (default: the matrix's)")
+    run.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="a previous run (results.json or its directory): write diff.md/diff.json against it",
+    )
 
     plan = sub.add_parser("plan", help="print the selected cells and what each is promised; do nothing else")
     common(plan)
@@ -90,6 +97,11 @@ def parser() -> argparse.ArgumentParser:
     abi.add_argument("old", help="a release ('2.14' or '2.14.1') or a torch wheel")
     abi.add_argument("new", help="a release or a torch wheel (e.g. a release candidate)")
     abi.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+
+    rundiff = sub.add_parser("diff", help="compare a run with a baseline run: new breaks, fixes, changes")
+    rundiff.add_argument("baseline", type=Path, help="results.json or a reports/<run-id> directory")
+    rundiff.add_argument("current", type=Path, help="results.json or a reports/<run-id> directory")
+    rundiff.add_argument("--json", action="store_true", help="machine-readable output on stdout")
 
     audit = sub.add_parser(
         "audit-guards", help="declarations visible at a target that the target release does not export"
@@ -188,8 +200,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         jobs=args.jobs,
         cell_timeout=args.timeout,
     )
+    baseline = load_run(args.baseline) if args.baseline else None  # a bad baseline fails before any work
     run, run_dir = Pipeline(plan, options, ConsoleObserver()).execute()
     print_grid(run)
+    if baseline is not None:
+        import json
+
+        result = compare(baseline, run)
+        (run_dir / "diff.md").write_text(result.markdown())
+        (run_dir / "diff.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
+        print_diff(result)
     console.print(f"report: {run_dir}/summary.md, results.json, junit.xml")
     code = run.exit_code
     message = {
@@ -199,6 +219,30 @@ def cmd_run(args: argparse.Namespace) -> int:
     }[code]
     console.print(f"{message} (exit {int(code)})")
     return int(code)
+
+
+def print_diff(result: RunDiff) -> None:
+    console.print(
+        f"against baseline {escape(result.baseline)}: [bold red]{len(result.new_breaks)} new break(s)[/], "
+        f"[green]{len(result.fixed)} fixed[/], {len(result.changed)} changed, "
+        f"{len(result.added)} new cell(s), {len(result.removed)} no longer run"
+    )
+    for title, changes in (("new break", result.new_breaks), ("fixed", result.fixed), ("changed", result.changed)):
+        for change in changes:
+            console.print(
+                f"   {title}: {escape(change.id)}: {change.before} -> {change.after}: {escape(change.reason)}"
+            )
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    import json
+
+    result = compare(load_run(args.baseline), load_run(args.current))
+    if args.json:
+        sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
+    else:
+        print_diff(result)
+    return int(ExitCode.BROKEN if result.new_breaks else ExitCode.OK)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -373,6 +417,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "check": cmd_check,
             "abi-diff": cmd_abi_diff,
             "audit-guards": cmd_audit_guards,
+            "diff": cmd_diff,
         }
         return commands[args.command](args)
     except HarnessError as exc:

@@ -13,7 +13,7 @@ from harness.collect import CaseCounts
 from harness.errors import ExitCode
 from harness.verdict import Expected, Status, Verdict
 
-RESULTS_SCHEMA_VERSION = 1
+RESULTS_SCHEMA_VERSION = 2  # 2: each cell has its static prediction and findings
 
 VERDICT_SYMBOL = {
     Verdict.KEPT: "✅",
@@ -126,8 +126,8 @@ class CellResult:
             missing_symbol=data["missing_symbol"],
             durations=data["durations"],
             logs=data["logs"],
-            prediction=data["prediction"],
-            findings=tuple(data["findings"]),
+            prediction=data.get("prediction"),  # absent in schema_version 1
+            findings=tuple(data.get("findings", ())),
         )
 
 
