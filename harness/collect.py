@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.run import CellExecution
+from harness.symbols import demangle
 from harness.verdict import Status
 
 PYTEST_EXIT = {
@@ -123,7 +124,8 @@ def classify(execution: CellExecution, timeout: float, expected_site: Path | Non
         symbol = probe.get("missing_symbol")
         version = probe.get("missing_version")
         if symbol:
-            reason = f"undefined symbol: {symbol}"
+            readable = demangle([symbol]).get(symbol, symbol)
+            reason = f"undefined symbol: {readable}" + (f" ({symbol})" if readable != symbol else "")
         elif version:
             reason = f"version {version} not found"
         else:

@@ -14,8 +14,8 @@ def plan(repo: Path):
 
 
 def test_every_build_meets_every_runtime(plan) -> None:
-    assert len(plan.cells) == len(plan.builds) * len(plan.runtimes) == 28
-    assert len({c.id for c in plan.cells}) == 28
+    assert len(plan.cells) == len(plan.builds) * len(plan.runtimes) == 35
+    assert len({c.id for c in plan.cells}) == 35
 
 
 def test_cell_ids_are_canonical(plan) -> None:
@@ -26,7 +26,7 @@ def test_cell_ids_are_canonical(plan) -> None:
 
 def test_selectors_match_parts_of_ids_with_globs(repo: Path) -> None:
     matrix = load_matrix(repo / "matrix.yaml")
-    picked = make_plan(matrix, ["b2.13*r2.1[01]", "@b2.9.1~r2.15.0"])
+    picked = make_plan(matrix, ["t2.10~r2.1[01]", "@b2.9.1~r2.15.0"])
     assert [c.id for c in picked.cells] == [
         "stable_basic@b2.9.1~r2.15.0-cpu",
         "stable_basic@b2.13.0-t2.10~r2.10.0-cpu",
