@@ -45,6 +45,8 @@ class Extension:
     recipe: str
     root: Path
     tests: Path
+    expect: str | None = None  # a negative control's status where it loads: TEST_FAILED, CRASHED or TIMEOUT
+    timeout: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +62,7 @@ class BuildSpec:
     torch: Version
     variant: str = "auto"
     target: ApiLevel | None = None
+    runtimes: tuple[Version, ...] = ()  # empty: every runtime of the matrix
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,6 +95,8 @@ def load_extension(directory: Path) -> Extension:
         recipe=data["recipe"],
         root=directory.resolve(),
         tests=tests,
+        expect=data.get("expect"),
+        timeout=data.get("timeout"),
     )
 
 
@@ -160,7 +165,17 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
                 f"{doc.where((*where, 'target'))}: target {item['target']!r} is below the extension's "
                 f"min_target {str(ext.min_target)!r}; its sources do not build for that level"
             )
-        build = BuildSpec(ext, torch or Version("0"), item.get("variant", "auto"), target)
+        known_runtimes = {str(r.torch) for r in runtimes}
+        only: list[Version] = []
+        for position, text in enumerate(item.get("runtimes", ())):
+            if text not in known_runtimes:
+                problems.append(
+                    f"{doc.where((*where, 'runtimes', position))}: {text!r} is not a runtime of this matrix; "
+                    f"runtimes: {', '.join(sorted(known_runtimes))}{did_you_mean(text, sorted(known_runtimes))}"
+                )
+            else:
+                only.append(parse_release(text))
+        build = BuildSpec(ext, torch or Version("0"), item.get("variant", "auto"), target, tuple(only))
         if build in builds:
             problems.append(f"{doc.where(where)}: duplicate build {item!r}")
         builds.append(build)

@@ -202,8 +202,10 @@ class Pipeline:
         if not build.ok:
             result = self.unrun(cell, build, build.reason, status=Status.BUILD_FAILED, env=env, run_dir=run_dir)
         else:
-            execution = self.backend.run_cell(CellRequest(cell, env, build, out, self.timeout, threads))
-            outcome = classify(execution, self.timeout, build.site)
+            timeout = cell.build.extension.timeout or self.timeout
+            designed = cell.build.extension.expect
+            execution = self.backend.run_cell(CellRequest(cell, env, build, out, timeout, threads))
+            outcome = classify(execution, timeout, build.site)
             probe = outcome.probe
             startup = probe.get("plugin_started")
             result = self._result(
@@ -224,7 +226,9 @@ class Pipeline:
                     "tests": outcome.tests_seconds,
                 },
                 prediction=prediction.to_json() if prediction else None,
-                findings=tuple(findings(prediction, outcome.status.value, outcome.reason, outcome.missing_symbol)),
+                findings=tuple(
+                    findings(prediction, outcome.status.value, outcome.reason, outcome.missing_symbol, designed)
+                ),
                 logs=relative_logs(
                     [
                         ("stdout", execution.stdout),

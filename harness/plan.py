@@ -21,10 +21,14 @@ class Build:
     variant: str
     target: ApiLevel | None
     python: str
+    only_on: tuple[Version, ...] = ()  # runtime releases this build runs on; empty: all
 
     @classmethod
     def of(cls, spec: BuildSpec, python: str) -> Build:
-        return cls(spec.extension, spec.torch, spec.variant, spec.target, python)
+        return cls(spec.extension, spec.torch, spec.variant, spec.target, python, spec.runtimes)
+
+    def runs_on(self, runtime: Runtime) -> bool:
+        return not self.only_on or runtime.torch in self.only_on
 
     @property
     def id(self) -> str:
@@ -93,7 +97,7 @@ def selector_pattern(selector: str) -> str:
 def make_plan(matrix: Matrix, selectors: Sequence[str] = (), backend: str = "venv") -> Plan:
     builds = tuple(Build.of(spec, matrix.python) for spec in matrix.builds)
     runtimes = tuple(Runtime.of(spec, matrix.python, backend) for spec in matrix.runtimes)
-    every = [Cell(b, r) for b in builds for r in runtimes]
+    every = [Cell(b, r) for b in builds for r in runtimes if b.runs_on(r)]
     cells = every
     if selectors:
         unmatched = [s for s in selectors if not fnmatch.filter([c.id for c in every], selector_pattern(s))]

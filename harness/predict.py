@@ -93,9 +93,14 @@ class Prediction:
         }
 
 
-def findings(prediction: Prediction | None, status: str, reason: str, missing_symbol: str | None) -> list[str]:
-    """Where the outcome disagrees with the static prediction: each is a finding of its own."""
-    if prediction is None or status in ("ERROR", "SKIPPED", "BUILD_FAILED"):
+def findings(
+    prediction: Prediction | None, status: str, reason: str, missing_symbol: str | None, designed: str | None = None
+) -> list[str]:
+    """Where the outcome disagrees with the static prediction: each is a finding of its own.
+
+    designed: the status a negative control is built to end with; reaching it is no finding.
+    """
+    if prediction is None or status in ("ERROR", "SKIPPED", "BUILD_FAILED") or status == designed:
         return []
     if prediction.outcome is Predicted.LOAD_FAILED and status != "LOAD_FAILED":
         return [f"predicted not to load ({prediction.summary}), but it loaded and ended {status}"]

@@ -27,6 +27,13 @@ class Expected(enum.StrEnum):
     LOAD_FAILED = "load_failed"
     BUILD_FAILED = "build_failed"
     NONE = "none"  # no promise either way
+    # Negative controls (extension.yaml `expect:`): built to fail this way wherever they load.
+    TEST_FAILED = "test_failed"
+    CRASHED = "crashed"
+    TIMEOUT = "timeout"
+
+
+CONTROL_EXPECTATIONS = {Expected.TEST_FAILED: "TEST_FAILED", Expected.CRASHED: "CRASHED", Expected.TIMEOUT: "TIMEOUT"}
 
 
 class Verdict(enum.StrEnum):
@@ -57,6 +64,11 @@ def promise(cell: Cell) -> Promise:
         return Promise(Expected.BUILD_FAILED, f"target {target} is newer than the build torch {b_level}")
     if target > r_level:
         return Promise(Expected.LOAD_FAILED, f"target {target} is newer than the runtime torch {r_level}")
+    if build.extension.expect:
+        return Promise(
+            Expected(build.extension.expect.lower()),
+            f"negative control: built to end {build.extension.expect} wherever it loads",
+        )
     return Promise(Expected.PASS, f"target {target} <= min(build {b_level}, runtime {r_level})")
 
 
@@ -70,6 +82,8 @@ def judge(expected: Expected, status: Status) -> Verdict:
         return Verdict.SKIPPED
     if expected is Expected.PASS:
         return Verdict.KEPT if status is Status.PASS else Verdict.BROKEN
+    if expected in CONTROL_EXPECTATIONS:  # a control that fails otherwise proves nothing: broken
+        return Verdict.EXPECTED_FAILURE if status.value == CONTROL_EXPECTATIONS[expected] else Verdict.BROKEN
     if status is Status.PASS:
         return Verdict.UNEXPECTED_PASS
     assert status in _FAILURES

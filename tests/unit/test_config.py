@@ -66,7 +66,7 @@ def test_unknown_key_names_line_path_allowed_keys_and_close_match(tmp_path: Path
     found = problems(write_matrix(tmp_path, GOOD.replace('target: "2.10"', 'targt: "2.10"')))
     assert len(found) == 1
     assert found[0].startswith(
-        "line 9: builds[0].targt: unknown key 'targt'; allowed: extension, target, torch, variant"
+        "line 9: builds[0].targt: unknown key 'targt'; allowed: extension, runtimes, target, torch, variant"
     )
     assert found[0].endswith("did you mean 'target'?")
 
@@ -127,3 +127,16 @@ def test_api_level_hex_is_torch_target_version() -> None:
     assert ApiLevel.parse("2.9").hex == "0x0209000000000000"
     with pytest.raises(ValueError, match=r"major\.minor"):
         ApiLevel.parse("2.10.0")
+
+
+def test_a_build_limited_to_runtimes_of_the_matrix(tmp_path: Path) -> None:
+    matrix = load_matrix(write_matrix(tmp_path, GOOD + '    runtimes: ["2.13.0"]\n'))
+    assert [str(v) for v in matrix.builds[0].runtimes] == ["2.13.0"]
+
+
+def test_a_build_limited_to_an_unknown_runtime_is_refused(tmp_path: Path) -> None:
+    found = problems(write_matrix(tmp_path, GOOD + '    runtimes: ["2.13.1"]\n'))
+    assert found == [
+        "line 10: builds[0].runtimes[0]: '2.13.1' is not a runtime of this matrix; "
+        "runtimes: 2.10.0, 2.13.0; did you mean '2.13.0'?"
+    ]

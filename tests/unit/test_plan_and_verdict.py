@@ -13,9 +13,12 @@ def plan(repo: Path):
     return make_plan(load_matrix(repo / "matrix.yaml"))
 
 
-def test_every_build_meets_every_runtime(plan) -> None:
-    assert len(plan.cells) == len(plan.builds) * len(plan.runtimes) == 35
-    assert len({c.id for c in plan.cells}) == 35
+def test_every_build_meets_every_runtime_unless_limited(plan) -> None:
+    limited = [b for b in plan.builds if b.only_on]
+    assert [b.id for b in limited] == ["hang_control@b2.13.0-t2.9"]
+    assert len(plan.cells) == (len(plan.builds) - 1) * len(plan.runtimes) + 1 == 43
+    assert len({c.id for c in plan.cells}) == 43
+    assert [c.runtime.id for c in plan.cells if c.build in limited] == ["r2.15.0-cpu"]
 
 
 def test_cell_ids_are_canonical(plan) -> None:
@@ -83,6 +86,12 @@ def test_a_target_newer_than_the_build_torch_is_expected_not_to_build(tmp_path: 
         (Expected.BUILD_FAILED, Status.BUILD_FAILED, Verdict.EXPECTED_FAILURE),
         (Expected.NONE, Status.PASS, Verdict.UNEXPECTED_PASS),
         (Expected.NONE, Status.LOAD_FAILED, Verdict.EXPECTED_FAILURE),
+        (Expected.CRASHED, Status.CRASHED, Verdict.EXPECTED_FAILURE),
+        (Expected.CRASHED, Status.PASS, Verdict.BROKEN),  # a control that does not crash proves nothing
+        (Expected.CRASHED, Status.TIMEOUT, Verdict.BROKEN),
+        (Expected.TIMEOUT, Status.TIMEOUT, Verdict.EXPECTED_FAILURE),
+        (Expected.TEST_FAILED, Status.TEST_FAILED, Verdict.EXPECTED_FAILURE),
+        (Expected.TIMEOUT, Status.ERROR, Verdict.ERROR),
     ],
 )
 def test_verdicts(expected: Expected, status: Status, verdict: Verdict) -> None:
@@ -98,3 +107,9 @@ def test_an_unexpected_failure_exits_3_not_1(monkeypatch: pytest.MonkeyPatch) ->
 
     monkeypatch.setattr(cli, "cmd_plan", boom)
     assert cli.main(["plan"]) == 3
+
+
+def test_a_negative_control_is_expected_to_fail_its_way_where_it_loads(plan) -> None:
+    by_id = {c.id: c for c in plan.cells}
+    assert promise(by_id["crash_control@b2.13.0-t2.9~r2.9.1-cpu"]).expected is Expected.CRASHED
+    assert promise(by_id["hang_control@b2.13.0-t2.9~r2.15.0-cpu"]).expected is Expected.TIMEOUT
