@@ -169,6 +169,26 @@ void boxed_pad_constant(StableIValue* stack, uint64_t, uint64_t) {
   stack[0] = from(torch::stable::pad(t, {left, right}, "constant", value));
 }
 
+// scaled_copy(Tensor t, float scale) -> Tensor: a CPU kernel that reads data and a Meta
+// kernel that only computes the output's shape (dispatch keys CPU and Meta).
+void boxed_scaled_copy_cpu(StableIValue* stack, uint64_t, uint64_t) {
+  Tensor t = to<Tensor>(stack[0]);
+  double scale = to<double>(stack[1]);
+  check_float_cpu(t, "t");
+  Tensor out = torch::stable::empty_like(t);
+  const float* src = static_cast<const float*>(t.data_ptr());
+  float* dst = static_cast<float*>(out.data_ptr());
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    dst[i] = src[i] * static_cast<float>(scale);
+  }
+  stack[0] = from(out);
+}
+
+void boxed_scaled_copy_meta(StableIValue* stack, uint64_t, uint64_t) {
+  Tensor t = to<Tensor>(stack[0]);
+  stack[0] = from(torch::stable::empty_like(t));
+}
+
 // feature_version() -> int: the TORCH_FEATURE_VERSION this binary was built for.
 void boxed_feature_version(StableIValue* stack, uint64_t, uint64_t) {
   stack[0] = from(static_cast<int64_t>(STABLE_BASIC_FEATURE_VERSION));
@@ -207,6 +227,86 @@ int64_t count_tensors(std::vector<Tensor> tensors) {
   return static_cast<int64_t>(tensors.size());
 }
 
+// Every TensorOptions field of a factory, each None or set.
+Tensor make_empty(
+    std::vector<int64_t> size,
+    std::optional<torch::headeronly::ScalarType> dtype,
+    std::optional<torch::headeronly::Layout> layout,
+    std::optional<torch::stable::Device> device,
+    std::optional<bool> pin_memory,
+    std::optional<torch::headeronly::MemoryFormat> memory_format) {
+  return torch::stable::empty(size, dtype, layout, device, pin_memory, memory_format);
+}
+
+Tensor contiguous_as(Tensor t, torch::headeronly::MemoryFormat memory_format) {
+  return torch::stable::contiguous(t, memory_format);
+}
+
+torch::headeronly::Layout echo_layout(torch::headeronly::Layout layout) {
+  return layout;
+}
+
+torch::headeronly::MemoryFormat echo_memory_format(torch::headeronly::MemoryFormat memory_format) {
+  return memory_format;
+}
+
+// Tensor? and int[]?: both None and set.
+Tensor add_maybe(Tensor a, std::optional<Tensor> b) {
+  check_float_cpu(a, "a");
+  Tensor out = torch::stable::clone(a);
+  if (b.has_value()) {
+    check_float_cpu(*b, "b");
+    STD_TORCH_CHECK(b->numel() == a.numel(), "a and b must have the same numel");
+    float* dst = static_cast<float*>(out.data_ptr());
+    const float* src = static_cast<const float*>(b->data_ptr());
+    for (int64_t i = 0; i < a.numel(); ++i) dst[i] += src[i];
+  }
+  return out;
+}
+
+Tensor sum_maybe(Tensor t, std::optional<std::vector<int64_t>> dims) {
+  std::vector<StableIValue> call = {
+      from(t), from(dims), from(false), from(std::optional<torch::headeronly::ScalarType>())};
+  SB_SHIM(torch_call_dispatcher("aten::sum", "dim_IntList", call.data(), TORCH_ABI_VERSION));
+  return to<Tensor>(call[0]);
+}
+
+// Tensor[] return: the halves of a 1-D tensor, as views.
+std::vector<Tensor> halves(Tensor t) {
+  int64_t half = t.size(0) / 2;
+  return {torch::stable::narrow(t, 0, 0, half), torch::stable::narrow(t, 0, half, t.size(0) - half)};
+}
+
+int64_t num_threads() {
+  return static_cast<int64_t>(torch::stable::get_num_threads());
+}
+
+// parallel_for: chunks summed independently, then added.
+double parallel_sum(Tensor t) {
+  check_float_cpu(t, "t");
+  const float* data = static_cast<const float*>(t.data_ptr());
+  const int64_t n = t.numel();
+  std::vector<double> partial(static_cast<size_t>(n > 0 ? n : 1), 0.0);
+  torch::stable::parallel_for(0, n, 64, [&](int64_t begin, int64_t end) {
+    double acc = 0.0;
+    for (int64_t i = begin; i < end; ++i) acc += data[i];
+    partial[static_cast<size_t>(begin)] = acc;
+  });
+  double total = 0.0;
+  for (double value : partial) total += value;
+  return total;
+}
+
+// fill_all_(Tensor(a!)[] tensors, float value) -> (): a mutable list and no return.
+void boxed_fill_all_(StableIValue* stack, uint64_t, uint64_t num_outputs) {
+  STD_TORCH_CHECK(num_outputs == 0, "fill_all_ returns nothing");
+  std::vector<Tensor> tensors = to<std::vector<Tensor>>(stack[0]);
+  double value = to<double>(stack[1]);
+  for (Tensor& t : tensors) {
+    torch::stable::fill_(t, value);
+  }
+}
+
 #endif  // STABLE_BASIC_HAS_2_10
 
 }  // namespace stable_basic
@@ -223,7 +323,19 @@ STABLE_TORCH_LIBRARY(stable_basic, m) {
   m.def("dtype_of(Tensor t) -> ScalarType");
   m.def("pad_constant(Tensor t, int left, int right, float value) -> Tensor");
   m.def("feature_version() -> int");
+  m.def("scaled_copy(Tensor t, float scale) -> Tensor");
 #ifdef STABLE_BASIC_HAS_2_10
+  m.def("make_empty(int[] size, ScalarType? dtype=None, Layout? layout=None, Device? device=None, "
+        "bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor");
+  m.def("contiguous_as(Tensor t, MemoryFormat memory_format) -> Tensor");
+  m.def("echo_layout(Layout layout) -> Layout");
+  m.def("echo_memory_format(MemoryFormat memory_format) -> MemoryFormat");
+  m.def("add_maybe(Tensor a, Tensor? b=None) -> Tensor");
+  m.def("sum_maybe(Tensor t, int[]? dims=None) -> Tensor");
+  m.def("halves(Tensor t) -> Tensor[]");
+  m.def("num_threads() -> int");
+  m.def("parallel_sum(Tensor t) -> float");
+  m.def("fill_all_(Tensor(a!)[] tensors, float value) -> ()");
   m.def("sum_dims(Tensor t, int[] dims, bool keepdim=False) -> Tensor");
   m.def("join_strings(str[] parts, str sep) -> str");
   m.def("device_of(Tensor t) -> Device");
@@ -248,7 +360,25 @@ STABLE_TORCH_LIBRARY_IMPL(stable_basic, CompositeExplicitAutograd, m) {
   m.impl("join_strings", TORCH_BOX(&stable_basic::join_strings));
   m.impl("device_of", TORCH_BOX(&stable_basic::device_of));
   m.impl("count_tensors", TORCH_BOX(&stable_basic::count_tensors));
+  m.impl("make_empty", TORCH_BOX(&stable_basic::make_empty));
+  m.impl("contiguous_as", TORCH_BOX(&stable_basic::contiguous_as));
+  m.impl("echo_layout", TORCH_BOX(&stable_basic::echo_layout));
+  m.impl("echo_memory_format", TORCH_BOX(&stable_basic::echo_memory_format));
+  m.impl("add_maybe", TORCH_BOX(&stable_basic::add_maybe));
+  m.impl("sum_maybe", TORCH_BOX(&stable_basic::sum_maybe));
+  m.impl("halves", TORCH_BOX(&stable_basic::halves));
+  m.impl("num_threads", TORCH_BOX(&stable_basic::num_threads));
+  m.impl("parallel_sum", TORCH_BOX(&stable_basic::parallel_sum));
+  m.impl("fill_all_", &stable_basic::boxed_fill_all_);
 #endif
+}
+
+STABLE_TORCH_LIBRARY_IMPL(stable_basic, CPU, m) {
+  m.impl("scaled_copy", &stable_basic::boxed_scaled_copy_cpu);
+}
+
+STABLE_TORCH_LIBRARY_IMPL(stable_basic, Meta, m) {
+  m.impl("scaled_copy", &stable_basic::boxed_scaled_copy_meta);
 }
 
 // ---- The Python module (limited API). From 2.15 it uses the PyObject shims. --

@@ -17,7 +17,7 @@ import torch
 
 ops = stable_basic.ops
 LEVEL = stable_basic.feature_version()
-needs_2_10 = pytest.mark.skipif(LEVEL < (2, 10), reason=f"built for {LEVEL}: lists, str and Device need 2.10")
+needs_2_10 = pytest.mark.skipif(LEVEL < (2, 10), reason=f"built for {LEVEL}: needs the 2.10 stable API")
 needs_2_15 = pytest.mark.skipif(LEVEL < (2, 15), reason=f"built for {LEVEL}: PyObject shims need 2.15")
 
 # c10::ScalarType codes, which is how a `ScalarType` return reaches Python on every release seen so far.
@@ -191,3 +191,101 @@ def test_dtype_pyobject_roundtrip(dtype):
     from stable_basic import _C
 
     assert _C.dtype_roundtrip(dtype) is dtype
+
+
+# ---- dispatch keys: a CPU kernel and a Meta kernel -------------------------------
+
+def test_cpu_kernel_matches_eager():
+    x = torch.randn(5)
+    torch.testing.assert_close(ops.scaled_copy(x, 3.0), x * 3.0)
+
+
+def test_meta_kernel_computes_shapes_without_data():
+    out = ops.scaled_copy(torch.empty(4, 3, device="meta"), 2.0)
+    assert out.device.type == "meta" and out.shape == (4, 3)
+
+
+def test_opcheck_schema_and_fake_tensor():
+    if not hasattr(torch.library, "opcheck"):
+        pytest.skip(f"torch {torch.__version__} has no torch.library.opcheck")
+    torch.library.opcheck(ops.scaled_copy.default, (torch.randn(3), 2.0),
+                          test_utils=("test_schema", "test_faketensor"))
+    torch.library.opcheck(ops.add_scaled.default, (torch.randn(3), torch.randn(3)), test_utils=("test_schema",))
+
+
+# ---- 2.10: tensor factories, optional and list rows, Layout, MemoryFormat --------
+
+@needs_2_10
+def test_factory_with_every_option_none():
+    out = ops.make_empty([2, 3])
+    assert (out.shape, out.dtype, out.layout, out.device.type) == ((2, 3), torch.float32, torch.strided, "cpu")
+    assert out.is_contiguous()
+
+
+@needs_2_10
+@pytest.mark.parametrize("dtype", [torch.int64, torch.float64, torch.bfloat16, torch.bool])
+def test_factory_dtype(dtype):
+    assert ops.make_empty([3], dtype=dtype).dtype == dtype
+
+
+@needs_2_10
+def test_factory_every_option_set():
+    out = ops.make_empty([2, 3, 4, 5], dtype=torch.float16, layout=torch.strided, device=torch.device("cpu"),
+                         pin_memory=False, memory_format=torch.channels_last)
+    assert (out.dtype, out.layout, out.device.type) == (torch.float16, torch.strided, "cpu")
+    assert out.is_contiguous(memory_format=torch.channels_last) and not out.is_contiguous()
+
+
+@needs_2_10
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
+def test_memory_format_argument(memory_format):
+    x = torch.randn(2, 3, 4, 5)
+    out = ops.contiguous_as(x, memory_format)
+    torch.testing.assert_close(out, x)
+    assert out.is_contiguous(memory_format=memory_format)
+
+
+@needs_2_10
+def test_layout_and_memory_format_round_trip():
+    # Like ScalarType, these enums reach Python as their c10 codes.
+    assert ops.echo_layout(torch.strided) in (torch.strided, 0)
+    assert ops.echo_memory_format(torch.channels_last) in (torch.channels_last, 2)
+
+
+@needs_2_10
+def test_optional_tensor_none_and_set():
+    a, b = torch.randn(4), torch.randn(4)
+    torch.testing.assert_close(ops.add_maybe(a), a)
+    torch.testing.assert_close(ops.add_maybe(a, None), a)
+    torch.testing.assert_close(ops.add_maybe(a, b), a + b)
+
+
+@needs_2_10
+def test_optional_int_list_none_and_set():
+    x = torch.arange(6.0).reshape(2, 3)
+    torch.testing.assert_close(ops.sum_maybe(x), x.sum())
+    torch.testing.assert_close(ops.sum_maybe(x, [0]), x.sum(0))
+
+
+@needs_2_10
+def test_tensor_list_return_left_to_right_as_views():
+    x = torch.arange(5.0)
+    first, second = ops.halves(x)
+    torch.testing.assert_close(first, x[:2])
+    torch.testing.assert_close(second, x[2:])
+    assert first.data_ptr() == x.data_ptr()
+
+
+@needs_2_10
+def test_mutable_tensor_list_and_empty_return():
+    tensors = [torch.zeros(2), torch.zeros(3, 3)]
+    assert ops.fill_all_(tensors, 4.5) is None
+    assert all(bool((t == 4.5).all()) for t in tensors)
+    assert ops.fill_all_([], 1.0) is None
+
+
+@needs_2_10
+def test_thread_query_and_parallel_for():
+    assert ops.num_threads() == torch.get_num_threads()
+    x = torch.randn(10_000)
+    assert math.isclose(ops.parallel_sum(x), float(x.double().sum()), rel_tol=1e-9, abs_tol=1e-6)
