@@ -10,7 +10,11 @@ if os.environ.get("TORCH_TARGET_VERSION"):
     compile_args.append(f"-DTORCH_TARGET_VERSION={os.environ['TORCH_TARGET_VERSION']}")
 
 setup(
-    ext_modules=[CppExtension("crash_control._C", ["csrc/crash_control.cpp"], extra_compile_args=compile_args, py_limited_api=True)],
+    ext_modules=[
+        CppExtension(
+            "crash_control._C", ["csrc/crash_control.cpp"], extra_compile_args=compile_args, py_limited_api=True
+        )
+    ],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=False)},
     options={"bdist_wheel": {"py_limited_api": "cp39"}},
 )

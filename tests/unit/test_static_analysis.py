@@ -190,3 +190,17 @@ def test_reading_a_real_shared_object(tmp_path: Path) -> None:
     (shared,) = read_artifact(library)
     assert "aoti_torch_abs" in shared.imports and "optional_hook" in shared.weak_imports
     assert "exported_entry" in shared.exports and "aoti_torch_abs" not in shared.exports
+
+
+def test_the_committed_coverage_map_is_current() -> None:
+    from harness.coverage_map import main as coverage_map
+
+    assert coverage_map(["--check"]) == 0, "extensions/COVERAGE.md is stale: run `python -m harness.coverage_map`"
+
+
+def test_the_coverage_map_shows_gaps_as_gaps() -> None:
+    from harness.coverage_map import REPO, collect, render
+
+    text = render(collect(REPO / "extensions"))
+    assert "| `schema.Tensor!?` | - | **not covered** |" in text
+    assert "## StableIValue rows (12 of 12 covered)" in text

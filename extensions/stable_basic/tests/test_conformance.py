@@ -18,12 +18,22 @@ import torch
 ops = stable_basic.ops
 LEVEL = stable_basic.feature_version()
 needs_2_10 = pytest.mark.skipif(LEVEL < (2, 10), reason=f"built for {LEVEL}: needs the 2.10 stable API")
+covers = pytest.mark.covers  # what each test proves, for extensions/COVERAGE.md
 needs_2_15 = pytest.mark.skipif(LEVEL < (2, 15), reason=f"built for {LEVEL}: PyObject shims need 2.15")
 
 # c10::ScalarType codes, which is how a `ScalarType` return reaches Python on every release seen so far.
 SCALAR_TYPE_CODES = {
-    torch.uint8: 0, torch.int8: 1, torch.int16: 2, torch.int32: 3, torch.int64: 4, torch.float16: 5,
-    torch.float32: 6, torch.float64: 7, torch.complex64: 9, torch.complex128: 10, torch.bool: 11,
+    torch.uint8: 0,
+    torch.int8: 1,
+    torch.int16: 2,
+    torch.int32: 3,
+    torch.int64: 4,
+    torch.float16: 5,
+    torch.float32: 6,
+    torch.float64: 7,
+    torch.complex64: 9,
+    torch.complex128: 10,
+    torch.bool: 11,
     torch.bfloat16: 15,
 }
 
@@ -40,17 +50,29 @@ def test_binary_was_built_for_the_requested_level():
 
 # ---- stack conventions -------------------------------------------------------
 
+
+@covers(
+    "stack.args_left_to_right",
+    "stack.returns_left_to_right",
+    "stack.mixed_type_returns",
+    "stack.raw_boxed_kernel",
+    "row.int64",
+    "row.double",
+    "row.bool",
+)
 def test_arguments_and_returns_are_left_to_right():
     assert ops.reverse3(7, 2.5, True) == (True, 2.5, 7)
     flag, value, number = ops.reverse3(-3, -0.0, False)
     assert (flag, number) == (False, -3) and math.copysign(1.0, value) == -1.0
 
 
+@covers("stack.ownership_identity", "row.Tensor")
 def test_identity_returns_the_very_same_object():
     x = torch.randn(4)
     assert ops.identity(x) is x
 
 
+@covers("stack.ownership_no_leak", "dispatcher.aoti_torch_call_dispatcher")
 def test_stack_owns_what_it_holds_no_leak_over_many_calls():
     x = torch.randn(16)
     before = sys.getrefcount(x)
@@ -66,6 +88,7 @@ def test_stack_owns_what_it_holds_no_leak_over_many_calls():
     assert ref() is None, "a reference stolen by the stack was never released"
 
 
+@covers("stack.ownership_no_leak")
 def test_returned_tensors_are_released():
     x = torch.randn(8)
     out = ops.add_scaled(x, x)
@@ -77,11 +100,14 @@ def test_returned_tensors_are_released():
 
 # ---- dispatcher ----------------------------------------------------------------
 
+
+@covers("dispatcher.aoti_torch_call_dispatcher", "dispatcher.no_overload_name", "parity.eager")
 def test_dispatcher_call_without_overload_name_matches_eager():
     x = torch.tensor([-1.5, 0.0, 2.0, -0.0])
     torch.testing.assert_close(ops.abs_via_dispatcher(x), torch.abs(x))
 
 
+@covers("dispatcher.overload_name", "parity.eager")
 def test_dispatcher_call_with_overload_name_returns_a_view():
     x = torch.arange(6.0).reshape(2, 3)
     out = ops.transpose_via_dispatcher(x, 0, 1)
@@ -89,6 +115,7 @@ def test_dispatcher_call_with_overload_name_returns_a_view():
     assert out.data_ptr() == x.data_ptr()
 
 
+@covers("dispatcher.error_propagation")
 def test_errors_reach_python_with_their_message():
     with pytest.raises(RuntimeError, match="divisor must be non-zero"):
         ops.checked_div(torch.ones(2), 0.0)
@@ -96,6 +123,7 @@ def test_errors_reach_python_with_their_message():
         ops.add_scaled(torch.ones(2, dtype=torch.float64), torch.ones(2, dtype=torch.float64))
 
 
+@covers("dispatcher.error_propagation")
 def test_the_extension_still_works_after_an_error():
     with pytest.raises(RuntimeError):
         ops.checked_div(torch.ones(2), 0.0)
@@ -104,12 +132,15 @@ def test_the_extension_still_works_after_an_error():
 
 # ---- StableIValue rows ---------------------------------------------------------
 
+
+@covers("row.double", "parity.eager")
 @pytest.mark.parametrize("alpha", [1.0, 2.5, -0.0, 1e300])
 def test_double_argument(alpha):
     a, b = torch.randn(5), torch.randn(5)
     torch.testing.assert_close(ops.add_scaled(a, b, alpha), a + float(torch.tensor(alpha, dtype=torch.float32)) * b)
 
 
+@covers("row.double")
 @pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan])
 def test_double_special_values(value):
     t = torch.zeros(3)
@@ -117,6 +148,7 @@ def test_double_special_values(value):
     torch.testing.assert_close(t, torch.full((3,), value), equal_nan=True)
 
 
+@covers("row.optional", "schema.default")
 def test_optional_double_none_and_value():
     x = torch.randn(6)
     torch.testing.assert_close(ops.scale_or_clone(x), x)
@@ -124,6 +156,7 @@ def test_optional_double_none_and_value():
     torch.testing.assert_close(ops.scale_or_clone(x, 3.0), x * 3.0)
 
 
+@covers("row.ScalarType")
 @pytest.mark.parametrize("dtype", list(SCALAR_TYPE_CODES), ids=str)
 def test_scalar_type_return(dtype):
     result = ops.dtype_of(torch.zeros(2, dtype=dtype))
@@ -131,6 +164,7 @@ def test_scalar_type_return(dtype):
     assert code == SCALAR_TYPE_CODES[dtype]
 
 
+@covers("row.bool", "row.int64")
 def test_bool_and_int_arguments():
     assert ops.reverse3(2**62, 0.5, True)[2] == 2**62
     assert ops.reverse3(-(2**63), 0.5, False) == (False, 0.5, -(2**63))
@@ -138,12 +172,15 @@ def test_bool_and_int_arguments():
 
 # ---- schema notation ----------------------------------------------------------
 
+
+@covers("schema.default", "dispatch.CompositeExplicitAutograd")
 def test_schema_default_is_applied_when_omitted():
     a, b = torch.ones(3), torch.full((3,), 2.0)
     torch.testing.assert_close(ops.add_scaled(a, b), a + b)
     assert "alpha=1." in str(ops.add_scaled.default._schema)
 
 
+@covers("schema.Tensor(a!)")
 def test_mutable_aliased_return_is_the_input():
     t = torch.zeros(4)
     out = ops.fill_value_(t, 7.0)
@@ -152,6 +189,7 @@ def test_mutable_aliased_return_is_the_input():
     assert str(ops.fill_value_.default._schema).count("(a!)") == 2
 
 
+@covers("parity.eager")
 def test_generated_c_shim_matches_eager():
     x = torch.arange(4.0)
     torch.testing.assert_close(ops.pad_constant(x, 1, 2, -1.0), torch.nn.functional.pad(x, (1, 2), value=-1.0))
@@ -159,6 +197,8 @@ def test_generated_c_shim_matches_eager():
 
 # ---- 2.10: lists, strings, Device, torch_call_dispatcher, TORCH_BOX ------------
 
+
+@covers("schema.int[]", "row.vector", "dispatcher.torch_call_dispatcher", "dispatcher.overload_name", "stack.torch_box")
 @needs_2_10
 @pytest.mark.parametrize("dims,keepdim", [([1], False), ([0, 1], True), ([], False)])
 def test_int_list_through_torch_call_dispatcher(dims, keepdim):
@@ -166,17 +206,20 @@ def test_int_list_through_torch_call_dispatcher(dims, keepdim):
     torch.testing.assert_close(ops.sum_dims(x, dims, keepdim), torch.sum(x, dims, keepdim=keepdim))
 
 
+@covers("schema.str[]", "row.str", "row.vector", "stack.torch_box")
 @needs_2_10
 @pytest.mark.parametrize("parts,sep", [([], ","), (["a"], "-"), (["ünï", "ℂødé", ""], "→"), (["x" * 10000], "")])
 def test_string_list_and_string_return(parts, sep):
     assert ops.join_strings(parts, sep) == sep.join(parts)
 
 
+@covers("row.Device")
 @needs_2_10
 def test_device_return():
     assert ops.device_of(torch.zeros(1)) == torch.device("cpu")
 
 
+@covers("schema.Tensor[]", "row.Tensor_list")
 @needs_2_10
 @pytest.mark.parametrize("count", [0, 1, 100])
 def test_tensor_list_argument(count):
@@ -184,6 +227,7 @@ def test_tensor_list_argument(count):
 
 
 # ---- 2.15: PyObject shims ---------------------------------------------------------
+
 
 @needs_2_15
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool, torch.bfloat16])
@@ -195,26 +239,31 @@ def test_dtype_pyobject_roundtrip(dtype):
 
 # ---- dispatch keys: a CPU kernel and a Meta kernel -------------------------------
 
+
+@covers("dispatch.CPU", "parity.eager")
 def test_cpu_kernel_matches_eager():
     x = torch.randn(5)
     torch.testing.assert_close(ops.scaled_copy(x, 3.0), x * 3.0)
 
 
+@covers("dispatch.Meta")
 def test_meta_kernel_computes_shapes_without_data():
     out = ops.scaled_copy(torch.empty(4, 3, device="meta"), 2.0)
     assert out.device.type == "meta" and out.shape == (4, 3)
 
 
+@covers("opcheck")
 def test_opcheck_schema_and_fake_tensor():
     if not hasattr(torch.library, "opcheck"):
         pytest.skip(f"torch {torch.__version__} has no torch.library.opcheck")
-    torch.library.opcheck(ops.scaled_copy.default, (torch.randn(3), 2.0),
-                          test_utils=("test_schema", "test_faketensor"))
+    torch.library.opcheck(ops.scaled_copy.default, (torch.randn(3), 2.0), test_utils=("test_schema", "test_faketensor"))
     torch.library.opcheck(ops.add_scaled.default, (torch.randn(3), torch.randn(3)), test_utils=("test_schema",))
 
 
 # ---- 2.10: tensor factories, optional and list rows, Layout, MemoryFormat --------
 
+
+@covers("dispatcher.factory_options_none", "schema.ScalarType?", "row.optional")
 @needs_2_10
 def test_factory_with_every_option_none():
     out = ops.make_empty([2, 3])
@@ -222,20 +271,29 @@ def test_factory_with_every_option_none():
     assert out.is_contiguous()
 
 
+@covers("dispatcher.factory_options_set", "schema.ScalarType?", "row.ScalarType")
 @needs_2_10
 @pytest.mark.parametrize("dtype", [torch.int64, torch.float64, torch.bfloat16, torch.bool])
 def test_factory_dtype(dtype):
     assert ops.make_empty([3], dtype=dtype).dtype == dtype
 
 
+@covers("dispatcher.factory_options_set", "row.Layout", "row.MemoryFormat", "row.Device")
 @needs_2_10
 def test_factory_every_option_set():
-    out = ops.make_empty([2, 3, 4, 5], dtype=torch.float16, layout=torch.strided, device=torch.device("cpu"),
-                         pin_memory=False, memory_format=torch.channels_last)
+    out = ops.make_empty(
+        [2, 3, 4, 5],
+        dtype=torch.float16,
+        layout=torch.strided,
+        device=torch.device("cpu"),
+        pin_memory=False,
+        memory_format=torch.channels_last,
+    )
     assert (out.dtype, out.layout, out.device.type) == (torch.float16, torch.strided, "cpu")
     assert out.is_contiguous(memory_format=torch.channels_last) and not out.is_contiguous()
 
 
+@covers("row.MemoryFormat")
 @needs_2_10
 @pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
 def test_memory_format_argument(memory_format):
@@ -245,6 +303,7 @@ def test_memory_format_argument(memory_format):
     assert out.is_contiguous(memory_format=memory_format)
 
 
+@covers("row.Layout", "row.MemoryFormat")
 @needs_2_10
 def test_layout_and_memory_format_round_trip():
     # Like ScalarType, these enums reach Python as their c10 codes.
@@ -252,6 +311,7 @@ def test_layout_and_memory_format_round_trip():
     assert ops.echo_memory_format(torch.channels_last) in (torch.channels_last, 2)
 
 
+@covers("schema.Tensor?", "row.optional", "row.Tensor")
 @needs_2_10
 def test_optional_tensor_none_and_set():
     a, b = torch.randn(4), torch.randn(4)
@@ -260,6 +320,7 @@ def test_optional_tensor_none_and_set():
     torch.testing.assert_close(ops.add_maybe(a, b), a + b)
 
 
+@covers("row.optional", "row.vector", "dispatcher.torch_call_dispatcher")
 @needs_2_10
 def test_optional_int_list_none_and_set():
     x = torch.arange(6.0).reshape(2, 3)
@@ -267,6 +328,7 @@ def test_optional_int_list_none_and_set():
     torch.testing.assert_close(ops.sum_maybe(x, [0]), x.sum(0))
 
 
+@covers("schema.Tensor[]", "row.Tensor_list", "stack.returns_left_to_right")
 @needs_2_10
 def test_tensor_list_return_left_to_right_as_views():
     x = torch.arange(5.0)
@@ -276,6 +338,7 @@ def test_tensor_list_return_left_to_right_as_views():
     assert first.data_ptr() == x.data_ptr()
 
 
+@covers("schema.returns_nothing", "schema.Tensor[]", "schema.Tensor(a!)", "stack.raw_boxed_kernel")
 @needs_2_10
 def test_mutable_tensor_list_and_empty_return():
     tensors = [torch.zeros(2), torch.zeros(3, 3)]
@@ -284,6 +347,7 @@ def test_mutable_tensor_list_and_empty_return():
     assert ops.fill_all_([], 1.0) is None
 
 
+@covers("parity.eager")
 @needs_2_10
 def test_thread_query_and_parallel_for():
     assert ops.num_threads() == torch.get_num_threads()
