@@ -7,6 +7,7 @@ import dataclasses
 import os
 import shutil
 import sys
+import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -91,8 +92,23 @@ def _unique(items: Iterable[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(items))
 
 
+_uv_lock = threading.Lock()
+_uv_path: list[str] = []
+
+
 def uv_binary() -> str:
-    """The uv that ships with the `uv` package, else the one on PATH."""
+    """The uv that ships with the `uv` package, else the one on PATH; looked up once per process.
+
+    The lock matters: uv's find_uv_bin reads sysconfig, whose lazy initialisation is not
+    thread-safe on Python 3.11 (two threads asking at once can get None for EXE).
+    """
+    with _uv_lock:
+        if not _uv_path:
+            _uv_path.append(_find_uv())
+        return _uv_path[0]
+
+
+def _find_uv() -> str:
     try:
         from uv import find_uv_bin
 

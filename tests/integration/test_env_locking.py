@@ -1,6 +1,7 @@
 """Two runs asking for the same new environment at once: one makes it, the other waits and reuses it."""
 
 import threading
+import traceback
 from pathlib import Path
 
 from packaging.version import Version
@@ -26,7 +27,7 @@ def test_concurrent_requests_make_one_env(tmp_path: Path) -> None:
         thread.start()
     for thread in threads:
         thread.join(timeout=900)
-    assert not errors, errors
+    assert not errors, "".join("".join(traceback.format_exception(e)) for e in errors)
     assert sorted(env.reused for env in got) == [False, True]
     assert got[0].path == got[1].path and got[0].torch_version == got[1].torch_version
     assert got[0].torch_version.startswith("2.13.0")

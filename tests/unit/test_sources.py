@@ -30,3 +30,26 @@ def test_pip_environment_variables_win_over_files(tmp_path: Path) -> None:
     conf.write_text("[install]\nindex-url = https://from-file/simple\n")
     environ = {"HOME": str(tmp_path), "PIP_CONFIG_FILE": str(conf), "PIP_INDEX_URL": "https://from-env/simple"}
     assert resolve_sources(Sources(), environ).index_url == "https://from-env/simple"
+
+
+def test_uv_is_found_once_even_when_threads_ask_together() -> None:
+    import subprocess
+    import sys
+
+    # A fresh interpreter, so that sysconfig is not initialised yet (the race needs that).
+    code = (
+        "import threading\n"
+        "from harness.sources import uv_binary\n"
+        "found, errors = [], []\n"
+        "def ask():\n"
+        "    try:\n"
+        "        found.append(uv_binary())\n"
+        "    except Exception as exc:\n"
+        "        errors.append(repr(exc))\n"
+        "threads = [threading.Thread(target=ask) for _ in range(8)]\n"
+        "[t.start() for t in threads]\n"
+        "[t.join() for t in threads]\n"
+        "assert not errors and len(set(found)) == 1, (errors, found)\n"
+    )
+    for _ in range(5):
+        subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
