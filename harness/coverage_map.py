@@ -52,6 +52,8 @@ CHECKLIST: dict[str, list[str]] = {
     ],
     "schema notation and dispatch keys": [
         "schema.Tensor(a!)",
+        "schema.Tensor(a)",
+        "schema.tags",
         "schema.Tensor?",
         "schema.Tensor!?",
         "schema.Tensor[]",

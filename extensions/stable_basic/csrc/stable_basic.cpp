@@ -33,9 +33,20 @@
 #define STABLE_BASIC_HAS_2_10 1
 #include <torch/csrc/stable/device.h>
 #endif
+#if defined(TORCH_VERSION_2_11_0) && STABLE_BASIC_FEATURE_VERSION >= TORCH_VERSION_2_11_0
+#define STABLE_BASIC_HAS_2_11 1
+#include <atomic>
+#endif
+#if defined(TORCH_VERSION_2_12_0) && STABLE_BASIC_FEATURE_VERSION >= TORCH_VERSION_2_12_0
+#define STABLE_BASIC_HAS_2_12 1
+#include <torch/headeronly/core/enum_tag.h>
+#endif
+#if defined(TORCH_VERSION_2_14_0) && STABLE_BASIC_FEATURE_VERSION >= TORCH_VERSION_2_14_0
+#define STABLE_BASIC_HAS_2_14 1
+#include <torch/csrc/stable/pyobject.h>
+#endif
 #if defined(TORCH_VERSION_2_15_0) && STABLE_BASIC_FEATURE_VERSION >= TORCH_VERSION_2_15_0
 #define STABLE_BASIC_HAS_2_15 1
-#include <torch/csrc/stable/pyobject.h>
 #endif
 
 using torch::stable::Tensor;
@@ -189,6 +200,16 @@ void boxed_scaled_copy_meta(StableIValue* stack, uint64_t, uint64_t) {
   stack[0] = from(torch::stable::empty_like(t));
 }
 
+// narrow_view(Tensor t, int dim, int start, int length) -> Tensor: a generated C shim whose
+// errors come from ATen; from the 2.13 headers on, the real message travels with them.
+void boxed_narrow_view(StableIValue* stack, uint64_t, uint64_t) {
+  Tensor t = to<Tensor>(stack[0]);
+  int64_t dim = to<int64_t>(stack[1]);
+  int64_t start = to<int64_t>(stack[2]);
+  int64_t length = to<int64_t>(stack[3]);
+  stack[0] = from(torch::stable::narrow(t, dim, start, length));
+}
+
 // feature_version() -> int: the TORCH_FEATURE_VERSION this binary was built for.
 void boxed_feature_version(StableIValue* stack, uint64_t, uint64_t) {
   stack[0] = from(static_cast<int64_t>(STABLE_BASIC_FEATURE_VERSION));
@@ -309,6 +330,37 @@ void boxed_fill_all_(StableIValue* stack, uint64_t, uint64_t num_outputs) {
 
 #endif  // STABLE_BASIC_HAS_2_10
 
+// ---- 2.11: from_blob with a deleter ----------------------------------------------
+#ifdef STABLE_BASIC_HAS_2_11
+std::atomic<int64_t> deleter_calls_{0};
+
+// owned_arange(int n) -> Tensor: memory the extension allocates and torch frees through the deleter.
+Tensor owned_arange(int64_t n) {
+  STD_TORCH_CHECK(n >= 0, "owned_arange: n must be >= 0");
+  float* data = new float[static_cast<size_t>(n > 0 ? n : 1)];
+  for (int64_t i = 0; i < n; ++i) data[i] = static_cast<float>(i);
+  std::vector<int64_t> sizes = {n};
+  std::vector<int64_t> strides = {1};
+  return torch::stable::from_blob(
+      data, sizes, strides, torch::stable::Device(torch::headeronly::DeviceType::CPU),
+      torch::headeronly::ScalarType::Float, [](void* p) {
+        delete[] static_cast<float*>(p);
+        deleter_calls_.fetch_add(1);
+      });
+}
+
+int64_t deleter_calls() {
+  return deleter_calls_.load();
+}
+#endif  // STABLE_BASIC_HAS_2_11
+
+// ---- 2.14: Tensor::has_storage -------------------------------------------------------
+#ifdef STABLE_BASIC_HAS_2_14
+bool has_storage(Tensor t) {
+  return t.has_storage();
+}
+#endif  // STABLE_BASIC_HAS_2_14
+
 }  // namespace stable_basic
 
 STABLE_TORCH_LIBRARY(stable_basic, m) {
@@ -324,7 +376,12 @@ STABLE_TORCH_LIBRARY(stable_basic, m) {
   m.def("pad_constant(Tensor t, int left, int right, float value) -> Tensor");
   m.def("feature_version() -> int");
   m.def("scaled_copy(Tensor t, float scale) -> Tensor");
+  m.def("narrow_view(Tensor(a) t, int dim, int start, int length) -> Tensor(a)");
 #ifdef STABLE_BASIC_HAS_2_10
+  m.def("sum_dims(Tensor t, int[] dims, bool keepdim=False) -> Tensor");
+  m.def("join_strings(str[] parts, str sep) -> str");
+  m.def("device_of(Tensor t) -> Device");
+  m.def("count_tensors(Tensor[] tensors) -> int");
   m.def("make_empty(int[] size, ScalarType? dtype=None, Layout? layout=None, Device? device=None, "
         "bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor");
   m.def("contiguous_as(Tensor t, MemoryFormat memory_format) -> Tensor");
@@ -336,10 +393,16 @@ STABLE_TORCH_LIBRARY(stable_basic, m) {
   m.def("num_threads() -> int");
   m.def("parallel_sum(Tensor t) -> float");
   m.def("fill_all_(Tensor(a!)[] tensors, float value) -> ()");
-  m.def("sum_dims(Tensor t, int[] dims, bool keepdim=False) -> Tensor");
-  m.def("join_strings(str[] parts, str sep) -> str");
-  m.def("device_of(Tensor t) -> Device");
-  m.def("count_tensors(Tensor[] tensors) -> int");
+#endif
+#ifdef STABLE_BASIC_HAS_2_11
+  m.def("owned_arange(int n) -> Tensor");
+  m.def("deleter_calls() -> int");
+#endif
+#ifdef STABLE_BASIC_HAS_2_12
+  m.def("tagged_identity(Tensor t) -> Tensor", {torch::headeronly::Tag::pt2_compliant_tag});
+#endif
+#ifdef STABLE_BASIC_HAS_2_14
+  m.def("has_storage(Tensor t) -> bool");
 #endif
 }
 
@@ -355,6 +418,7 @@ STABLE_TORCH_LIBRARY_IMPL(stable_basic, CompositeExplicitAutograd, m) {
   m.impl("dtype_of", &stable_basic::boxed_dtype_of);
   m.impl("pad_constant", &stable_basic::boxed_pad_constant);
   m.impl("feature_version", &stable_basic::boxed_feature_version);
+  m.impl("narrow_view", &stable_basic::boxed_narrow_view);
 #ifdef STABLE_BASIC_HAS_2_10
   m.impl("sum_dims", TORCH_BOX(&stable_basic::sum_dims));
   m.impl("join_strings", TORCH_BOX(&stable_basic::join_strings));
@@ -370,6 +434,16 @@ STABLE_TORCH_LIBRARY_IMPL(stable_basic, CompositeExplicitAutograd, m) {
   m.impl("num_threads", TORCH_BOX(&stable_basic::num_threads));
   m.impl("parallel_sum", TORCH_BOX(&stable_basic::parallel_sum));
   m.impl("fill_all_", &stable_basic::boxed_fill_all_);
+#endif
+#ifdef STABLE_BASIC_HAS_2_11
+  m.impl("owned_arange", TORCH_BOX(&stable_basic::owned_arange));
+  m.impl("deleter_calls", TORCH_BOX(&stable_basic::deleter_calls));
+#endif
+#ifdef STABLE_BASIC_HAS_2_12
+  m.impl("tagged_identity", &stable_basic::boxed_identity);
+#endif
+#ifdef STABLE_BASIC_HAS_2_14
+  m.impl("has_storage", TORCH_BOX(&stable_basic::has_storage));
 #endif
 }
 
@@ -394,7 +468,23 @@ static PyObject* dtype_roundtrip(PyObject*, PyObject* dtype) {
 }
 #endif
 
+#ifdef STABLE_BASIC_HAS_2_14
+static PyObject* tensor_roundtrip(PyObject*, PyObject* tensor) {
+  try {
+    Tensor t = torch::stable::tensor_from_pyobject(tensor);
+    return static_cast<PyObject*>(torch::stable::tensor_to_pyobject(t));
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+}
+#endif
+
 static PyMethodDef stable_basic_methods[] = {
+#ifdef STABLE_BASIC_HAS_2_14
+    {"tensor_roundtrip", tensor_roundtrip, METH_O,
+     "torch.Tensor -> stable Tensor -> torch.Tensor through the 2.14 PyObject shims."},
+#endif
 #ifdef STABLE_BASIC_HAS_2_15
     {"dtype_roundtrip", dtype_roundtrip, METH_O,
      "torch.dtype -> ScalarType -> torch.dtype through the 2.15 PyObject shims."},

@@ -18,6 +18,10 @@ import torch
 ops = stable_basic.ops
 LEVEL = stable_basic.feature_version()
 needs_2_10 = pytest.mark.skipif(LEVEL < (2, 10), reason=f"built for {LEVEL}: needs the 2.10 stable API")
+needs_2_11 = pytest.mark.skipif(LEVEL < (2, 11), reason=f"built for {LEVEL}: needs the 2.11 stable API")
+needs_2_12 = pytest.mark.skipif(LEVEL < (2, 12), reason=f"built for {LEVEL}: needs the 2.12 stable API")
+needs_2_13 = pytest.mark.skipif(LEVEL < (2, 13), reason=f"built for {LEVEL}: needs the 2.13 stable API")
+needs_2_14 = pytest.mark.skipif(LEVEL < (2, 14), reason=f"built for {LEVEL}: needs the 2.14 stable API")
 covers = pytest.mark.covers  # what each test proves, for extensions/COVERAGE.md
 needs_2_15 = pytest.mark.skipif(LEVEL < (2, 15), reason=f"built for {LEVEL}: PyObject shims need 2.15")
 
@@ -353,3 +357,62 @@ def test_thread_query_and_parallel_for():
     assert ops.num_threads() == torch.get_num_threads()
     x = torch.randn(10_000)
     assert math.isclose(ops.parallel_sum(x), float(x.double().sum()), rel_tol=1e-9, abs_tol=1e-6)
+
+
+# ---- errors from a generated C shim: the message each header level carries ---------
+
+
+@covers("dispatcher.error_propagation", "schema.Tensor(a)")
+def test_view_and_shim_error():
+    x = torch.arange(4.0)
+    out = ops.narrow_view(x, 0, 1, 2)
+    torch.testing.assert_close(out, x[1:3])
+    assert out.data_ptr() == x[1:].data_ptr()
+    with pytest.raises(RuntimeError) as info:
+        ops.narrow_view(x, 0, 2, 5)
+    if LEVEL >= (2, 13):  # STABLE_TORCH_ERROR_CODE_CHECK carries ATen's own message
+        assert "exceeds dimension size" in str(info.value)
+
+
+# ---- 2.11: from_blob with a deleter ------------------------------------------------
+
+
+@needs_2_11
+@covers("stack.ownership_no_leak", "row.Tensor")
+def test_from_blob_deleter_runs_when_the_tensor_dies():
+    before = ops.deleter_calls()
+    t = ops.owned_arange(6)
+    torch.testing.assert_close(t, torch.arange(6.0))
+    assert ops.deleter_calls() == before
+    del t
+    gc.collect()
+    assert ops.deleter_calls() == before + 1
+
+
+# ---- 2.12: def() with tags ------------------------------------------------------------
+
+
+@needs_2_12
+@covers("schema.tags")
+def test_def_with_tags():
+    assert torch.Tag.pt2_compliant_tag in ops.tagged_identity.default.tags
+    x = torch.randn(2)
+    assert ops.tagged_identity(x) is x
+
+
+# ---- 2.14: Tensor::has_storage and the tensor PyObject shims --------------------------
+
+
+@needs_2_14
+@covers("row.Tensor")
+def test_has_storage():
+    assert ops.has_storage(torch.ones(2)) is True
+
+
+@needs_2_14
+@covers("stack.ownership_identity")
+def test_tensor_pyobject_roundtrip_is_the_same_object():
+    from stable_basic import _C
+
+    x = torch.randn(3)
+    assert _C.tensor_roundtrip(x) is x
