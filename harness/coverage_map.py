@@ -24,6 +24,7 @@ CHECKLIST: dict[str, list[str]] = {
         "stack.mixed_type_returns",
         "stack.ownership_identity",
         "stack.ownership_no_leak",
+        "stack.reused_across_calls",
         "stack.raw_boxed_kernel",
         "stack.torch_box",
     ],

@@ -210,6 +210,35 @@ void boxed_narrow_view(StableIValue* stack, uint64_t, uint64_t) {
   stack[0] = from(torch::stable::narrow(t, dim, start, length));
 }
 
+// maybe_fill_(Tensor(a!)? t, float value) -> (): an optional mutable tensor, no return.
+void boxed_maybe_fill_(StableIValue* stack, uint64_t, uint64_t) {
+  std::optional<Tensor> t = to<std::optional<Tensor>>(stack[0]);
+  double value = to<double>(stack[1]);
+  if (t.has_value()) {
+    torch::stable::fill_(*t, value);
+  }
+}
+
+// abs_twice(Tensor t) -> Tensor: one stack reused for two dispatcher calls; the first
+// call's return (owned by the stack) is the second call's argument.
+void boxed_abs_twice(StableIValue* stack, uint64_t, uint64_t) {
+  Tensor t = to<Tensor>(stack[0]);
+  StableIValue call[1] = {from(t)};
+  SB_SHIM(aoti_torch_call_dispatcher("aten::abs", "", call));
+  SB_SHIM(aoti_torch_call_dispatcher("aten::neg", "", call));
+  SB_SHIM(aoti_torch_call_dispatcher("aten::abs", "", call));
+  stack[0] = call[0];
+}
+
+// square(Tensor t) -> Tensor, registered as CompositeImplicitAutograd: it decomposes into
+// aten::mul, so autograd comes from that op without a backward of its own.
+void boxed_square(StableIValue* stack, uint64_t, uint64_t) {
+  Tensor t = to<Tensor>(stack[0]);
+  StableIValue call[2] = {from(t), from(t)};
+  SB_SHIM(aoti_torch_call_dispatcher("aten::mul", "Tensor", call));
+  stack[0] = call[0];
+}
+
 // feature_version() -> int: the TORCH_FEATURE_VERSION this binary was built for.
 void boxed_feature_version(StableIValue* stack, uint64_t, uint64_t) {
   stack[0] = from(static_cast<int64_t>(STABLE_BASIC_FEATURE_VERSION));
@@ -377,6 +406,9 @@ STABLE_TORCH_LIBRARY(stable_basic, m) {
   m.def("feature_version() -> int");
   m.def("scaled_copy(Tensor t, float scale) -> Tensor");
   m.def("narrow_view(Tensor(a) t, int dim, int start, int length) -> Tensor(a)");
+  m.def("maybe_fill_(Tensor(a!)? t, float value) -> ()");
+  m.def("abs_twice(Tensor t) -> Tensor");
+  m.def("square(Tensor t) -> Tensor");
 #ifdef STABLE_BASIC_HAS_2_10
   m.def("sum_dims(Tensor t, int[] dims, bool keepdim=False) -> Tensor");
   m.def("join_strings(str[] parts, str sep) -> str");
@@ -419,6 +451,8 @@ STABLE_TORCH_LIBRARY_IMPL(stable_basic, CompositeExplicitAutograd, m) {
   m.impl("pad_constant", &stable_basic::boxed_pad_constant);
   m.impl("feature_version", &stable_basic::boxed_feature_version);
   m.impl("narrow_view", &stable_basic::boxed_narrow_view);
+  m.impl("maybe_fill_", &stable_basic::boxed_maybe_fill_);
+  m.impl("abs_twice", &stable_basic::boxed_abs_twice);
 #ifdef STABLE_BASIC_HAS_2_10
   m.impl("sum_dims", TORCH_BOX(&stable_basic::sum_dims));
   m.impl("join_strings", TORCH_BOX(&stable_basic::join_strings));
@@ -445,6 +479,10 @@ STABLE_TORCH_LIBRARY_IMPL(stable_basic, CompositeExplicitAutograd, m) {
 #ifdef STABLE_BASIC_HAS_2_14
   m.impl("has_storage", TORCH_BOX(&stable_basic::has_storage));
 #endif
+}
+
+STABLE_TORCH_LIBRARY_IMPL(stable_basic, CompositeImplicitAutograd, m) {
+  m.impl("square", &stable_basic::boxed_square);
 }
 
 STABLE_TORCH_LIBRARY_IMPL(stable_basic, CPU, m) {

@@ -416,3 +416,57 @@ def test_tensor_pyobject_roundtrip_is_the_same_object():
 
     x = torch.randn(3)
     assert _C.tensor_roundtrip(x) is x
+
+
+# ---- more stack, schema and dispatch-key forms -------------------------------------
+
+
+@covers("schema.Tensor!?", "schema.returns_nothing", "row.optional")
+def test_optional_mutable_tensor():
+    t = torch.zeros(3)
+    assert ops.maybe_fill_(t, 2.0) is None
+    assert torch.equal(t, torch.full((3,), 2.0))
+    assert ops.maybe_fill_(None, 2.0) is None
+
+
+@covers("stack.reused_across_calls", "dispatcher.aoti_torch_call_dispatcher", "stack.ownership_no_leak")
+def test_one_stack_reused_across_dispatcher_calls():
+    x = torch.tensor([-2.0, 3.0])
+    torch.testing.assert_close(ops.abs_twice(x), x.abs())
+    ref = weakref.ref(out := ops.abs_twice(x))
+    del out
+    gc.collect()
+    assert ref() is None
+
+
+@covers("dispatch.CompositeImplicitAutograd", "parity.eager")
+def test_composite_implicit_kernel_gets_autograd_from_its_decomposition():
+    x = torch.tensor([1.0, -2.0, 3.0], requires_grad=True)
+    y = ops.square(x)
+    torch.testing.assert_close(y, (x * x).detach())
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, 2 * x.detach())
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@covers("stack.ownership_no_leak")
+def test_memory_stays_flat_over_many_calls():
+    x = torch.randn(256)  # 1 KiB per result: a leak of every result shows as ~20 MiB below
+    for _ in range(2000):
+        ops.add_scaled(x, x)
+    before = _rss_bytes()
+    for _ in range(20000):
+        ops.add_scaled(x, x)
+        ops.identity(x)
+    grown = _rss_bytes() - before
+    assert grown < 8 * 2**20, f"RSS grew by {grown / 2**20:.1f} MiB over 20000 calls"
+
+
+@needs_2_10
+@covers("row.str")
+def test_strings_with_embedded_nul_keep_their_length():
+    assert ops.join_strings(["a\x00b", "c"], "-") == "a\x00b-c"
