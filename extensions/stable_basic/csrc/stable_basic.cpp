@@ -24,10 +24,13 @@
 
 // torch 2.9 headers define neither TORCH_FEATURE_VERSION nor the version
 // constants; treat them as feature level 2.9.
+// A target above the headers' own version cannot add API the headers lack (2.10's headers accept
+// one silently; 2.15's refuse it): the level this binary really has is the lower of the two.
 #ifndef TORCH_FEATURE_VERSION
 #define STABLE_BASIC_FEATURE_VERSION 0x0209000000000000ULL
 #else
-#define STABLE_BASIC_FEATURE_VERSION TORCH_FEATURE_VERSION
+#define STABLE_BASIC_FEATURE_VERSION \
+  (TORCH_FEATURE_VERSION < TORCH_ABI_VERSION ? TORCH_FEATURE_VERSION : TORCH_ABI_VERSION)
 #endif
 #if defined(TORCH_VERSION_2_10_0) && STABLE_BASIC_FEATURE_VERSION >= TORCH_VERSION_2_10_0
 #define STABLE_BASIC_HAS_2_10 1
