@@ -6,8 +6,6 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from packaging.version import Version
-
 from harness.errors import BadInputError
 from harness.manifest import Declaration, Manifest, scan_wheel
 
@@ -65,15 +63,9 @@ def surface(manifest: Manifest, ref: str) -> Surface:
         scan = scan_wheel(path)
         return Surface(f"{scan.release} ({path.name})", scan.exports, scan.declarations)
     try:
-        version = Version(ref if ref.count(".") >= 2 else f"{ref}.0")
-    except ValueError as exc:
-        raise BadInputError(f"{ref!r} is neither a release such as '2.10.0' nor a .whl file") from exc
-    release = manifest.release_for(version)
-    if release is None:
-        raise BadInputError(
-            f"{ref!r} is not in the manifest (releases: {', '.join(manifest.releases)}); "
-            "pass a torch wheel instead, or regenerate the manifest with `nox -s manifest`"
-        )
+        release = manifest.release(ref)
+    except BadInputError as exc:
+        raise BadInputError(f"{exc}; or pass a torch wheel (.whl)") from exc
     declarations: dict[str, Declaration] = {}
     for name in manifest.names():
         decl = manifest[name].declaration_in(release)

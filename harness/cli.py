@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -36,6 +37,11 @@ VERDICT_STYLE = {
     Verdict.SKIPPED: "dim",
     Verdict.ERROR: "bold magenta",
 }
+
+
+def emit_json(data: object) -> None:
+    """Machine-readable output: one JSON document on stdout."""
+    sys.stdout.write(json.dumps(data, indent=2) + "\n")
 
 
 def default_cache_dir() -> Path:
@@ -204,8 +210,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     run, run_dir = Pipeline(plan, options, ConsoleObserver()).execute()
     print_grid(run)
     if baseline is not None:
-        import json
-
         result = compare(baseline, run)
         (run_dir / "diff.md").write_text(result.markdown())
         (run_dir / "diff.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
@@ -235,11 +239,9 @@ def print_diff(result: RunDiff) -> None:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    import json
-
     result = compare(load_run(args.baseline), load_run(args.current))
     if args.json:
-        sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
+        emit_json(result.to_json())
     else:
         print_diff(result)
     return int(ExitCode.BROKEN if result.new_breaks else ExitCode.OK)
@@ -276,8 +278,6 @@ def select_releases(manifest_releases: Sequence[str], spec: str | None) -> list[
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    import json
-
     from harness.manifest import packaged_manifest
     from harness.predict import ArtifactImports, Predicted, predict
     from harness.symbols import read_artifact
@@ -297,18 +297,14 @@ def cmd_check(args: argparse.Namespace) -> int:
     )
     failing = any(p.outcome is Predicted.LOAD_FAILED for p in predictions)
     if args.json:
-        sys.stdout.write(
-            json.dumps(
-                {
-                    "schema_version": 1,
-                    "artifact": str(args.artifact),
-                    "imports": imports.to_json(),
-                    "predictions": [{"runtime": p.runtime, **p.to_json()} for p in predictions],
-                    "loads_from": loads_from,
-                },
-                indent=2,
-            )
-            + "\n"
+        emit_json(
+            {
+                "schema_version": 1,
+                "artifact": str(args.artifact),
+                "imports": imports.to_json(),
+                "predictions": [{"runtime": p.runtime, **p.to_json()} for p in predictions],
+                "loads_from": loads_from,
+            }
         )
         return int(ExitCode.BROKEN if failing else ExitCode.OK)
     floor = ", ".join(f"{k} {v}" for k, v in imports.floor.items()) or "nothing versioned"
@@ -330,8 +326,6 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_abi_diff(args: argparse.Namespace) -> int:
-    import json
-
     from harness.abidiff import diff, surface
     from harness.manifest import packaged_manifest
 
@@ -339,7 +333,7 @@ def cmd_abi_diff(args: argparse.Namespace) -> int:
     result = diff(surface(manifest, args.old), surface(manifest, args.new))
     code = int(ExitCode.BROKEN if result.breaking else ExitCode.OK)
     if args.json:
-        sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
+        emit_json(result.to_json())
         return code
     console.print(f"[bold]stable surface {escape(result.old)} -> {escape(result.new)}[/]")
     sections: list[tuple[str, str, Sequence[str]]] = [
@@ -360,8 +354,6 @@ def cmd_abi_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_audit_guards(args: argparse.Namespace) -> int:
-    import json
-
     from harness.audit import confirm, find_latent_breaks
     from harness.config import DEFAULT_PYTHON
     from harness.envs import EnvManager, EnvSpec
@@ -369,9 +361,7 @@ def cmd_audit_guards(args: argparse.Namespace) -> int:
     from harness.sources import ResolvedSources
 
     manifest = packaged_manifest()
-    release = manifest.release_for(Version(args.release if args.release.count(".") >= 2 else f"{args.release}.0"))
-    if release is None:
-        raise BadInputError(f"{args.release!r} is not in the manifest (releases: {', '.join(manifest.releases)})")
+    release = manifest.release(args.release)
     breaks = find_latent_breaks(manifest, release, ApiLevel.parse(args.min_target))
     include = args.headers
     if include is None and not args.no_probe:
@@ -382,20 +372,18 @@ def cmd_audit_guards(args: argparse.Namespace) -> int:
     probed = include is not None and not args.no_probe
     if probed and breaks:
         breaks = confirm(breaks, include)
+    # A claim that compiling disproved is no break; an unprobed one still counts.
+    code = int(ExitCode.BROKEN if any(b.confirmed is not False for b in breaks) else ExitCode.OK)
     if args.json:
-        sys.stdout.write(
-            json.dumps(
-                {
-                    "release": release,
-                    "min_target": args.min_target,
-                    "probed": probed,
-                    "latent_breaks": [b.to_json() for b in breaks],
-                },
-                indent=2,
-            )
-            + "\n"
+        emit_json(
+            {
+                "release": release,
+                "min_target": args.min_target,
+                "probed": probed,
+                "latent_breaks": [b.to_json() for b in breaks],
+            }
         )
-        return int(ExitCode.BROKEN if breaks else ExitCode.OK)
+        return code
     console.print(
         f"[bold]{release}[/]: {len(breaks)} declaration(s) visible at a target whose release does not export them"
         + ("" if probed else " [dim](not confirmed by compiling: no headers; pass --headers)[/]")
@@ -403,7 +391,7 @@ def cmd_audit_guards(args: argparse.Namespace) -> int:
     for item in breaks:
         mark = {True: "[red]confirmed[/]", False: "[green]not visible when compiled[/]", None: "[dim]unprobed[/]"}
         console.print(f"   {mark[item.confirmed]} {escape(item.describe())}")
-    return int(ExitCode.BROKEN if any(b.confirmed is not False for b in breaks) else ExitCode.OK)
+    return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:

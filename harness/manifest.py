@@ -22,9 +22,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
-from harness.errors import InfrastructureError
+from harness.errors import BadInputError, InfrastructureError
 from harness.symbols import STABLE_C_NAME, read_shared_object
 from harness.versions import ApiLevel
 
@@ -224,10 +224,6 @@ class SymbolFacts:
     def first_exported(self) -> str | None:
         return self.exported[0] if self.exported else None
 
-    @property
-    def first_declared(self) -> str | None:
-        return self.declared[0]["releases"][0] if self.declared else None
-
     def declaration_in(self, release: str) -> dict[str, Any] | None:
         return next((d for d in self.declared if release in d["releases"]), None)
 
@@ -261,6 +257,20 @@ class Manifest:
         level = ApiLevel.of(version)
         matches = [r for r in self.releases if ApiLevel.of(Version(r)) == level]
         return matches[-1] if matches else None
+
+    def release(self, text: str) -> str:
+        """The manifest release a person means by '2.12' or '2.12.1'; a clear error otherwise."""
+        try:
+            version = Version(text if text.count(".") >= 2 else f"{text}.0")
+        except InvalidVersion as exc:
+            raise BadInputError(f"{text!r} is not a release such as '2.10' or '2.10.0'") from exc
+        release = self.release_for(version)
+        if release is None:
+            raise BadInputError(
+                f"{text!r} is not in the manifest (releases: {', '.join(self.releases)}); "
+                "regenerate it with `nox -s manifest -- RELEASE` to add a release"
+            )
+        return release
 
 
 def check_manifest(data: dict[str, Any]) -> list[str]:

@@ -148,7 +148,10 @@ class Pipeline:
             log.warning("interrupted: %d of %d cells finished; writing the report", len(results), len(cells))
         for cell in cells:
             if cell.id not in results or (interrupted and results[cell.id].status in {Status.CRASHED, Status.TIMEOUT}):
-                results[cell.id] = self.unrun(cell, builds[cell.build], "not run: the run was interrupted")
+                env = envs[env_spec(cell.runtime)]
+                results[cell.id] = self.unrun(
+                    cell, builds[cell.build], "not run: the run was interrupted", env, run_dir
+                )
         run = RunResult(
             run_id=run_id,
             started=started.isoformat(timespec="seconds"),
@@ -200,7 +203,7 @@ class Pipeline:
         out = run_dir / "cells" / cell.id
         out.mkdir(parents=True, exist_ok=True)
         if not build.ok:
-            result = self.unrun(cell, build, build.reason, status=Status.BUILD_FAILED, env=env, run_dir=run_dir)
+            result = self.unrun(cell, build, build.reason, env, run_dir, status=Status.BUILD_FAILED)
         else:
             timeout = cell.build.extension.timeout or self.timeout
             designed = cell.build.extension.expect
@@ -248,18 +251,19 @@ class Pipeline:
         cell: Cell,
         build: BuildResult,
         reason: str,
+        env: Env,
+        run_dir: Path,
         status: Status = Status.ERROR,
-        env: Env | None = None,
-        run_dir: Path | None = None,
     ) -> CellResult:
+        """A cell that did not run: its build failed, or the run was interrupted first."""
         return self._result(
             cell,
             status,
             reason,
-            runtime_torch=env.torch_version if env else str(cell.runtime.torch),
-            runtime_variant=env.variant if env else cell.runtime.variant,
+            runtime_torch=env.torch_version,
+            runtime_variant=env.variant,
             durations={"build": build.seconds},
-            logs=relative_logs([("build", build.log)], run_dir) if run_dir else {"build": str(build.log)},
+            logs=relative_logs([("build", build.log)], run_dir),
         )
 
     def _result(

@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import threading
 import zipfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import IO
 
@@ -155,8 +155,3 @@ def system_floor(version_needs: Iterable[str]) -> dict[str, str]:
             if parts > best.get(match[1], ()):
                 best[match[1]] = parts
     return {family: ".".join(map(str, parts)) for family, parts in sorted(best.items())}
-
-
-def iter_members(wheel: zipfile.ZipFile, pattern: str) -> Iterator[str]:
-    regex = re.compile(pattern)
-    return (m for m in wheel.namelist() if regex.search(m))
