@@ -26,7 +26,10 @@ VERDICT_SYMBOL = {
 VERDICT_MEANING = {
     Verdict.KEPT: "promised to pass, and passed",
     Verdict.BROKEN: "**promise broken**: promised to pass, and did not",
-    Verdict.EXPECTED_FAILURE: "failed where the policy expects it to (target newer than the build or runtime torch)",
+    Verdict.EXPECTED_FAILURE: (
+        "failed where that is expected (target newer than the build or runtime torch, "
+        "an extension off the stable ABI, or a negative control failing as designed)"
+    ),
     Verdict.UNEXPECTED_PASS: "passed where nothing was promised (reported, not failed)",
     Verdict.SKIPPED: "not run (reason given)",
     Verdict.ERROR: "the harness or its infrastructure failed; says nothing about the extension",

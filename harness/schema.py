@@ -38,25 +38,28 @@ def format_path(path: KeyPath) -> str:
     return out or "(top level)"
 
 
-def _line_map(node: yaml.Node, path: KeyPath, lines: dict[KeyPath, int]) -> None:
+def _index_nodes(node: yaml.Node, path: KeyPath, lines: dict[KeyPath, int], written: dict[KeyPath, str]) -> None:
+    """The line of every key path (a mapping key's own line), and each scalar as it was written."""
     lines[path] = node.start_mark.line + 1
-    if isinstance(node, yaml.MappingNode):
+    if isinstance(node, yaml.ScalarNode):
+        written[path] = node.value
+    elif isinstance(node, yaml.MappingNode):
         for key, value in node.value:
-            lines[(*path, key.value)] = key.start_mark.line + 1
-            _line_map(value, (*path, key.value), lines)
+            _index_nodes(value, (*path, key.value), lines, written)
             lines[(*path, key.value)] = key.start_mark.line + 1
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
-            _line_map(item, (*path, index), lines)
+            _index_nodes(item, (*path, index), lines, written)
 
 
 class Document:
     """A parsed YAML file with a line number for every key path."""
 
-    def __init__(self, path: Path, data: Any, lines: dict[KeyPath, int]) -> None:
+    def __init__(self, path: Path, data: Any, lines: dict[KeyPath, int], written: dict[KeyPath, str]) -> None:
         self.path = path
         self.data = data
         self._lines = lines
+        self._written = written
 
     @classmethod
     def load(cls, path: Path) -> Document:
@@ -73,9 +76,10 @@ class Document:
             problem = getattr(exc, "problem", None) or str(exc)
             raise ConfigError(path, [f"{where}not valid YAML: {problem}"]) from exc
         lines: dict[KeyPath, int] = {}
+        written: dict[KeyPath, str] = {}
         if node is not None:
-            _line_map(node, (), lines)
-        return cls(path, data, lines)
+            _index_nodes(node, (), lines, written)
+        return cls(path, data, lines, written)
 
     def where(self, path: KeyPath) -> str:
         """'file:line: key.path' for messages; the nearest known line for a missing key."""
@@ -114,10 +118,19 @@ class Document:
             )
         elif error.validator in {"pattern", "const"} and "description" in schema:
             yield f"{self.where(path)}: {value!r} is not valid; expected {schema['description']}"
+        elif error.validator == "type" and "string" in _types(schema) and type(value) in (int, float):
+            # YAML reads an unquoted 2.10 as the number 2.1: show what the person wrote.
+            text = self._written.get(path, str(value))
+            yield f'{self.where(path)}: {text} was read as a number; write it in quotes: "{text}"'
         elif error.validator == "type":
             yield f"{self.where(path)}: {value!r} should be of type {error.validator_value}"
         else:
             yield f"{self.where(path)}: {error.message}"
+
+
+def _types(schema: dict[str, Any]) -> list[str]:
+    declared = schema.get("type", [])
+    return [declared] if isinstance(declared, str) else list(declared)
 
 
 def did_you_mean(word: str, choices: list[str]) -> str:

@@ -89,6 +89,8 @@ def read_artifact(path: Path) -> list[SharedObject]:
     if not path.exists():
         raise BadInputError(f"{path}: no such file")
     if path.suffix == ".whl":
+        if not zipfile.is_zipfile(path):
+            raise BadInputError(f"{path}: not a wheel (not a zip archive)")
         with zipfile.ZipFile(path) as wheel:
             members = [m for m in wheel.namelist() if re.search(r"\.so(\.|$)", m)]
             if not members:

@@ -24,6 +24,6 @@ def test_a_broken_matrix_lists_every_problem(tmp_path: Path) -> None:
     )
     proc = harness("plan", cwd=tmp_path, timeout=60)
     assert proc.returncode == 2
-    assert "line 3: runtimes[0].torch: '2.10' should be of type string" not in proc.stdout
+    assert 'line 3: runtimes[0].torch: 2.10 was read as a number; write it in quotes: "2.10"' in proc.stdout
     assert "runtimes[0].devise: unknown key 'devise'" in proc.stdout and "did you mean 'device'?" in proc.stdout
     assert "builds: [] should be non-empty" in proc.stdout

@@ -118,7 +118,9 @@ def test_invalid_extension_file_is_reported_with_its_own_path(tmp_path: Path) ->
         "name: demo\nmodule: demo\nmin_target: 2.10\nrecipe: cmake\ntests: tests\n"
     )
     found = problems(path)
-    assert any("extension.yaml: line 3: min_target: 2.1 should be of type string" in p for p in found)
+    assert any(
+        'extension.yaml: line 3: min_target: 2.10 was read as a number; write it in quotes: "2.10"' in p for p in found
+    )
     assert any("recipe: 'cmake' is not allowed; allowed: pep517" in p for p in found)
 
 

@@ -205,3 +205,12 @@ def test_the_coverage_map_shows_gaps_as_gaps() -> None:
     assert "## StableIValue rows (12 of 12 covered)" in render(found)
     del found["schema.Tensor!?"]
     assert "| `schema.Tensor!?` | - | **not covered** |" in render(found)
+
+
+def test_a_file_named_whl_that_is_no_zip_is_bad_input(tmp_path: Path) -> None:
+    from harness.errors import BadInputError
+
+    fake = tmp_path / "fake-1.0-cp39-abi3-linux_x86_64.whl"
+    fake.write_text("not a zip")
+    with pytest.raises(BadInputError, match="not a wheel"):
+        read_artifact(fake)
