@@ -64,7 +64,12 @@ def parser() -> argparse.ArgumentParser:
             metavar="SELECTOR",
             help="matches any part of a cell id, * ? [...] as wildcards; repeat to add cells",
         )
-        p.add_argument("--backend", choices=["venv"], default="venv", help="where cells run (default: %(default)s)")
+        p.add_argument(
+            "--backend",
+            choices=["venv", "docker"],
+            default="venv",
+            help="where cells run: uv virtualenvs on this host, or hardened Docker containers (default: %(default)s)",
+        )
 
     run = sub.add_parser("run", help="build, run and report the matrix")
     common(run)
@@ -79,6 +84,23 @@ def parser() -> argparse.ArgumentParser:
         help="environments and builds (default: $HARNESS_CACHE_DIR or the user cache dir)",
     )
     run.add_argument("--timeout", type=float, default=None, help="seconds per cell (default: the matrix's)")
+    run.add_argument(
+        "--require-gpu",
+        action="store_true",
+        help="a cuda cell that finds no GPU is an ERROR (exit 3), not SKIPPED: for GPU runners",
+    )
+    run.add_argument(
+        "--docker-route",
+        choices=["mounted", "baked"],
+        default=None,
+        help="docker backend: mount each release's host env read-only, or bake an image per release "
+        "(default: the matrix's docker.route, else mounted)",
+    )
+    run.add_argument(
+        "--keep-containers",
+        action="store_true",
+        help="docker backend, for debugging: leave each cell's container behind (stopped) instead of removing it",
+    )
     run.add_argument(
         "--baseline",
         type=Path,
@@ -193,21 +215,23 @@ def print_grid(run: RunResult) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from harness.pipeline import Pipeline, RunOptions  # heavy imports only for `run`
+    from harness.pipeline import Pipeline, RunOptions, make_backend  # heavy imports only for `run`
 
     matrix = load_matrix(args.matrix)
     plan = make_plan(matrix, args.select, args.backend)
     if args.jobs < 1:
         raise HarnessError("--jobs must be at least 1")
-    print_preamble(plan, f"(backend {args.backend}, {args.jobs} at a time)")
     options = RunOptions(
         reports_dir=args.reports_dir,
         cache_dir=args.cache_dir or default_cache_dir(),
         jobs=args.jobs,
         cell_timeout=args.timeout,
+        require_gpu=args.require_gpu,
     )
     baseline = load_run(args.baseline) if args.baseline else None  # a bad baseline fails before any work
-    run, run_dir = Pipeline(plan, options, ConsoleObserver()).execute()
+    backend = make_backend(args.backend, matrix, options.cache_dir, args.docker_route, args.keep_containers)
+    print_preamble(plan, f"(backend {args.backend}, {args.jobs} at a time)")
+    run, run_dir = Pipeline(plan, options, ConsoleObserver(), backend).execute()
     print_grid(run)
     if baseline is not None:
         result = compare(baseline, run)

@@ -35,6 +35,18 @@ class Sources:
 
 
 @dataclasses.dataclass(frozen=True)
+class DockerSettings:
+    """The docker backend: how runtime images are made and what each cell container may use."""
+
+    route: Literal["mounted", "baked"] = "mounted"
+    base_image: str | None = None
+    debian_mirror: str = "http://deb.debian.org/debian"
+    memory: str = "8g"
+    pids: int = 4096
+    tmpfs: str = "2g"
+
+
+@dataclasses.dataclass(frozen=True)
 class Extension:
     """An extension under test: its sources, recipe and conformance suite."""
 
@@ -54,6 +66,7 @@ class RuntimeSpec:
     torch: Version
     variant: str = "auto"
     device: Device = "cpu"
+    image: str | None = None  # docker backend: an image that already holds this release
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +87,7 @@ class Matrix:
     extensions: dict[str, Extension]
     runtimes: tuple[RuntimeSpec, ...]
     builds: tuple[BuildSpec, ...]
+    docker: DockerSettings = DockerSettings()
 
 
 def load_extension(directory: Path) -> Extension:
@@ -142,7 +156,9 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
     runtimes: list[RuntimeSpec] = []
     for index, item in enumerate(data["runtimes"]):
         torch = _release(doc, ("runtimes", index, "torch"), item["torch"], problems)
-        spec = RuntimeSpec(torch or Version("0"), item.get("variant", "auto"), item.get("device", "cpu"))
+        spec = RuntimeSpec(
+            torch or Version("0"), item.get("variant", "auto"), item.get("device", "cpu"), item.get("image")
+        )
         if spec in runtimes:
             problems.append(f"{doc.where(('runtimes', index))}: duplicate runtime {item!r}")
         runtimes.append(spec)
@@ -198,6 +214,7 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
         extensions=extensions,
         runtimes=tuple(runtimes),
         builds=tuple(builds),
+        docker=DockerSettings(**(data.get("docker") or {})),
     )
 
 

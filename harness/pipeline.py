@@ -17,12 +17,13 @@ from typing import Any, Protocol, TypeVar
 from harness import __version__
 from harness.build import Builder, BuildResult
 from harness.collect import classify
+from harness.config import Matrix
 from harness.envs import Env, EnvManager, EnvSpec
 from harness.manifest import packaged_manifest
 from harness.plan import Build, Cell, Plan, Runtime
 from harness.predict import ArtifactImports, Predicted, Prediction, findings, predict
 from harness.report import CellResult, RunResult, relative_logs, write_report
-from harness.run import Backend, CellRequest, VenvBackend, kill_active_cells
+from harness.run import Backend, CellRequest, VenvBackend
 from harness.sources import resolve_sources
 from harness.symbols import library_exports, read_artifact
 from harness.verdict import Status, judge, promise
@@ -47,6 +48,20 @@ class RunOptions:
     cache_dir: Path
     jobs: int
     cell_timeout: float | None = None  # overrides the matrix's settings.cell_timeout
+    require_gpu: bool = False  # a cuda cell with no GPU is an ERROR, not SKIPPED (GPU runners)
+
+
+def make_backend(
+    name: str, matrix: Matrix, cache_dir: Path, route: str | None = None, keep_containers: bool = False
+) -> Backend:
+    """The backend cells run in; for docker, the engine is checked here, before any work."""
+    if name == "venv":
+        return VenvBackend()
+    from harness.container.backend import DockerBackend  # the docker SDK only when asked for
+    from harness.container.engine import connect
+
+    settings = matrix.docker if route is None else dataclasses.replace(matrix.docker, route=route)  # type: ignore[arg-type]
+    return DockerBackend(connect(), settings, cache_dir, resolve_sources(matrix.sources), keep_containers)
 
 
 def env_spec(item: Build | Runtime) -> EnvSpec:
@@ -123,6 +138,9 @@ class Pipeline:
     def execute(self) -> tuple[RunResult, Path]:
         started = datetime.datetime.now(datetime.UTC)
         envs = self.provision()
+        runtimes = self.plan.needed_runtimes
+        self.observer.stage("backend", f"{self.backend.name}: preparing {len(runtimes)} runtime(s)")
+        self.backend.prepare({runtime: envs[env_spec(runtime)] for runtime in runtimes})
         builds = self.build_all(envs)
         run_id, run_dir = new_run_dir(self.options.reports_dir)
         builds = {build: _with_log_in(run_dir, result) for build, result in builds.items()}
@@ -142,7 +160,7 @@ class Pipeline:
             self.observer.cell_done(result, len(results), len(cells))
 
         try:
-            _parallel(self.options.jobs, one, cells, done, on_interrupt=kill_active_cells)
+            _parallel(self.options.jobs, one, cells, done, on_interrupt=self.backend.stop_all)
         except KeyboardInterrupt:
             interrupted = True
             log.warning("interrupted: %d of %d cells finished; writing the report", len(results), len(cells))
@@ -208,7 +226,9 @@ class Pipeline:
             timeout = cell.build.extension.timeout or self.timeout
             designed = cell.build.extension.expect
             execution = self.backend.run_cell(CellRequest(cell, env, build, out, timeout, threads))
-            outcome = classify(execution, timeout, build.site)
+            outcome = classify(execution, timeout, execution.site)
+            if cell.runtime.device == "cuda" and outcome.status is Status.SKIPPED and self.options.require_gpu:
+                outcome = dataclasses.replace(outcome, status=Status.ERROR, reason=f"--require-gpu: {outcome.reason}")
             probe = outcome.probe
             startup = probe.get("plugin_started")
             result = self._result(

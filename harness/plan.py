@@ -49,10 +49,11 @@ class Runtime:
     device: Device
     python: str
     backend: str
+    image: str | None = None  # docker backend: the runtime's own image (not part of the id)
 
     @classmethod
     def of(cls, spec: RuntimeSpec, python: str, backend: str) -> Runtime:
-        return cls(spec.torch, spec.variant, spec.device, python, backend)
+        return cls(spec.torch, spec.variant, spec.device, python, backend, spec.image if backend == "docker" else None)
 
     @property
     def id(self) -> str:

@@ -20,7 +20,7 @@ from typing import Protocol
 from harness import commands
 from harness.build import BuildResult
 from harness.envs import Env
-from harness.plan import Cell
+from harness.plan import Cell, Runtime
 
 log = logging.getLogger(__name__)
 
@@ -52,12 +52,19 @@ class CellExecution:
     stderr: Path
     junit: Path
     probe: Path
+    site: Path | None = None  # the unpacked wheel as the runtime sees it (a container sees its mount point)
 
 
 class Backend(Protocol):
     name: str
 
+    def prepare(self, runtimes: dict[Runtime, Env]) -> None:
+        """Make ready whatever cells of these runtimes need, before the first one starts."""
+
     def run_cell(self, request: CellRequest) -> CellExecution: ...
+
+    def stop_all(self) -> None:
+        """Kill every running cell and refuse new ones: the run was interrupted."""
 
 
 def pytest_argv(python: Path | str, tests: Path, out_dir: Path, config: Path) -> list[str]:
@@ -94,6 +101,12 @@ def cell_config(request: CellRequest) -> Path:
 class VenvBackend:
     name = "venv"
 
+    def prepare(self, runtimes: dict[Runtime, Env]) -> None:
+        pass  # the envs are the runtimes
+
+    def stop_all(self) -> None:
+        kill_active_cells()
+
     def run_cell(self, request: CellRequest) -> CellExecution:
         out = request.out_dir
         (out / "tmp").mkdir(parents=True, exist_ok=True)
@@ -118,7 +131,7 @@ class VenvBackend:
                 environ[passthrough] = os.environ[passthrough]
         argv = pytest_argv(request.env.python, request.cell.build.extension.tests, out, cell_config(request))
         (out / "command.txt").write_text(commands.shell_line(argv, environ, out) + "\n")
-        return run_process(argv, environ, out, request.timeout)
+        return dataclasses.replace(run_process(argv, environ, out, request.timeout), site=request.build.site)
 
 
 def run_process(argv: list[str], environ: dict[str, str], out: Path, timeout: float) -> CellExecution:

@@ -23,6 +23,13 @@ class ResolvedSources:
     index_strategy: str
 
     def uv_args(self) -> list[str]:
+        args = self.pip_args()
+        if self.extra_index_urls or self.find_links:
+            args += ["--index-strategy", self.index_strategy]
+        return args
+
+    def pip_args(self) -> list[str]:
+        """The same sources for `pip download` (pip always takes the best match across indexes)."""
         args: list[str] = []
         if self.index_url:
             args += ["--index-url", self.index_url]
@@ -30,8 +37,6 @@ class ResolvedSources:
             args += ["--extra-index-url", url]
         for link in self.find_links:
             args += ["--find-links", link]
-        if self.extra_index_urls or self.find_links:
-            args += ["--index-strategy", self.index_strategy]
         return args
 
     def describe(self) -> str:

@@ -5,9 +5,14 @@ shared), so a second test run costs seconds; reports go to a temporary directory
 """
 
 import json
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -122,3 +127,87 @@ def make_extension(root: Path, name: str, test_source: str | None, cpp: str = CP
     if test_source is not None:
         (ext / "tests" / f"test_{name}.py").write_text(textwrap.dedent(test_source).replace("@NS@", name))
     return ext
+
+
+def _engine_answers(host: str) -> bool:
+    import docker
+
+    try:
+        client = docker.DockerClient(base_url=host, timeout=10)
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+    except docker.errors.DockerException:
+        return False
+
+
+@pytest.fixture(scope="session")
+def docker_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Docker engine for the docker tests: DOCKER_HOST's, or a private one this session starts and stops.
+
+    A missing engine fails the tests that need one (it never skips them): start one, or
+    deselect them with -m 'not docker'.
+    """
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    if _engine_answers(host):
+        yield host
+        return
+    dockerd = shutil.which("dockerd")
+    if dockerd is None or os.geteuid() != 0:
+        pytest.fail(
+            f"no Docker engine answers at {host}, and this session cannot start one (that needs root and "
+            "dockerd: apt-get install docker.io debootstrap). Start one and export DOCKER_HOST (README, "
+            "'Docker backend'), or deselect these tests with -m 'not docker'."
+        )
+    root = Path(tempfile.mkdtemp(prefix="harness-dockerd-", dir="/tmp"))  # short: socket paths are limited
+    host = f"unix://{root}/docker.sock"
+    with open(root / "dockerd.log", "wb") as log:
+        proc = subprocess.Popen(
+            [
+                dockerd,
+                "--bridge=none",
+                "--iptables=false",
+                "--ip6tables=false",
+                "--ip-masq=false",
+                f"--data-root={root}/data",
+                f"--exec-root={root}/exec",
+                f"--pidfile={root}/dockerd.pid",
+                f"--host={host}",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while not _engine_answers(host):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"dockerd did not start:\n{(root / 'dockerd.log').read_text()[-3000:]}")
+            time.sleep(0.3)
+        previous = os.environ.get("DOCKER_HOST")
+        os.environ["DOCKER_HOST"] = host
+        yield host
+        if previous is None:
+            os.environ.pop("DOCKER_HOST", None)
+        else:
+            os.environ["DOCKER_HOST"] = previous
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def harness_containers(host: str) -> list[str]:
+    """Every container the harness made that still exists (running or not)."""
+    import docker
+
+    client = docker.DockerClient(base_url=host, timeout=30)
+    try:
+        return [c.name for c in client.containers.list(all=True, filters={"label": "torch-abi-harness.pid"})]
+    finally:
+        client.close()

@@ -1,0 +1,239 @@
+"""The images cells run in, made without a registry.
+
+- base: Debian bookworm made by debootstrap and imported (or a registry image named in matrix.yaml);
+- mounted route: the base image, with the runtime's host env mounted read-only at run time (no copy);
+- baked route: the base image plus that release's wheels, downloaded on the host and installed in
+  a container with no network, committed and cached by content;
+- a runtime's own ``image:`` (an official PyTorch image on a GPU runner), pulled if absent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import docker.errors
+from docker.models.images import Image
+from docker.types import Mount
+
+from harness import commands
+from harness.container.engine import LABEL, Engine, EngineError
+from harness.envs import Env, locked
+from harness.errors import BadInputError, CommandError
+from harness.sources import ResolvedSources, uv_binary
+
+log = logging.getLogger(__name__)
+
+BASE_SUITE = "bookworm"  # python3 is 3.11 there, as cp311 wheels need
+BASE_PACKAGES = ("python3", "python3-venv")
+BASE_RECIPE = 1  # bump when the way the base image is made changes
+BASE_REPOSITORY = "torch-abi-harness/base"
+RUNTIME_REPOSITORY = "torch-abi-harness/runtime"
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
+# Left out of the base image: documentation, translations and apt's package lists (~150 MB).
+BASE_EXCLUDES = ("./usr/share/doc", "./usr/share/man", "./usr/share/info", "./usr/share/locale", "./var/lib/apt/lists")
+BAKED_PYTHON = "/opt/torch/bin/python"
+PYTEST_TOOLS = ("pytest>=8",)
+
+
+@dataclasses.dataclass(frozen=True)
+class RuntimeImage:
+    """What a cell container starts from, and how torch is found inside it."""
+
+    name: str
+    route: str  # 'mounted', 'baked' or 'image'
+    python: str  # the interpreter inside the container
+    mount_env: Env | None  # mounted route: the host env whose site-packages go on the path
+    needs_tools: bool  # a named image may lack pytest: the harness's own copy goes on the path
+    seconds: float = 0.0
+    size_bytes: int | None = None
+
+
+def _labels(image: Image) -> dict[str, str]:
+    return dict((image.attrs.get("Config") or {}).get("Labels") or {})
+
+
+def _find(engine: Engine, name: str) -> Image | None:
+    try:
+        return engine.client.images.get(name)
+    except docker.errors.ImageNotFound:
+        return None
+
+
+def base_recipe_key(mirror: str) -> str:
+    text = json.dumps([BASE_RECIPE, BASE_SUITE, sorted(BASE_PACKAGES), mirror, BASE_EXCLUDES])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def ensure_base(engine: Engine, cache_dir: Path, configured: str | None, mirror: str = DEFAULT_MIRROR) -> str:
+    """The base image's name: the configured registry image, or one made here with debootstrap (once)."""
+    if configured:
+        return ensure_named(engine, configured, "docker.base_image").name
+    key = base_recipe_key(mirror)
+    name = f"{BASE_REPOSITORY}:{BASE_SUITE}-{key}"
+    lock_dir = cache_dir / "docker"
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    with locked(lock_dir / "base.lock"):
+        if _find(engine, name) is not None:
+            return name
+        build_base(engine, name, key, mirror, lock_dir)
+    return name
+
+
+def build_base(engine: Engine, name: str, key: str, mirror: str, work_root: Path) -> None:
+    """debootstrap a minimal bookworm with python3, then `docker import` it (no registry involved)."""
+    if shutil.which("debootstrap") is None:
+        raise EngineError(
+            f"the docker backend needs a base image and {name} does not exist; making it needs debootstrap "
+            "(apt-get install debootstrap), or set docker.base_image in matrix.yaml to an image with python3"
+        )
+    if os.geteuid() != 0:
+        raise EngineError(
+            f"making the base image {name} with debootstrap needs root; run `nox -s base_image` as root once, "
+            "or set docker.base_image in matrix.yaml to an image with python3"
+        )
+    started = time.monotonic()
+    log.info("making the base image %s with debootstrap from %s (about a minute)", name, mirror)
+    with tempfile.TemporaryDirectory(dir=work_root, prefix="base-") as tmp:
+        rootfs, tarball = Path(tmp) / "rootfs", Path(tmp) / "rootfs.tar"
+        commands.run(
+            [
+                "debootstrap",
+                "--variant=minbase",
+                f"--include={','.join(BASE_PACKAGES)}",
+                BASE_SUITE,
+                rootfs,
+                mirror,
+            ],
+            timeout=1800,
+        )
+        excludes = [f"--exclude={path}" for path in BASE_EXCLUDES]
+        commands.run(["tar", "-C", rootfs, *excludes, "-cf", tarball, "."], timeout=600)
+        changes = [f"LABEL {LABEL}.base={key}", "ENV LANG=C.UTF-8", 'CMD ["/bin/bash"]']
+        repository, tag = name.rsplit(":", 1)
+        engine.client.api.import_image(src=str(tarball), repository=repository, tag=tag, changes=changes)
+    image = _find(engine, name)
+    if image is None:
+        raise EngineError(f"docker import did not produce {name}")
+    log.info("made %s in %.0f s (%.0f MB)", name, time.monotonic() - started, image.attrs["Size"] / 1e6)
+
+
+def ensure_named(engine: Engine, name: str, where: str) -> RuntimeImage:
+    """A registry image: used if present, pulled if not (where a registry is reachable)."""
+    image = _find(engine, name)
+    if image is None:
+        log.info("pulling %s", name)
+        try:
+            image = engine.client.images.pull(name)
+        except docker.errors.DockerException as exc:
+            raise BadInputError(
+                f"{where}: image {name!r} is not in the engine and could not be pulled ({str(exc).strip()}); "
+                "pull or `docker load` it first, or remove the setting"
+            ) from exc
+    return RuntimeImage(name, "image", "python3", None, True, size_bytes=image.attrs.get("Size"))
+
+
+def pinned_requirements(env: Env) -> list[str]:
+    """Every distribution in the env at its exact version: what a baked image must hold."""
+    proc = commands.run([uv_binary(), "pip", "freeze", "--python", env.python], timeout=120)
+    return sorted(line.strip() for line in proc.stdout.splitlines() if "==" in line)
+
+
+def ensure_baked(engine: Engine, base: str, env: Env, sources: ResolvedSources, cache_dir: Path) -> RuntimeImage:
+    """The base image plus the env's exact wheels, installed with no network; made once per content."""
+    pins = pinned_requirements(env)
+    base_id = engine.client.images.get(base).id
+    key = hashlib.sha256(json.dumps([base_id, pins]).encode()).hexdigest()[:16]
+    name = f"{RUNTIME_REPOSITORY}:{env.torch_version.replace('+', '-')}-py{env.spec.python}-{key}"
+    work = cache_dir / "docker"
+    work.mkdir(parents=True, exist_ok=True)
+    with locked(work / f"runtime-{key}.lock"):
+        image = _find(engine, name)
+        if image is not None:
+            return RuntimeImage(name, "baked", BAKED_PYTHON, None, False, size_bytes=image.attrs.get("Size"))
+        seconds = _bake(engine, base, name, key, pins, sources, work)
+        image = _find(engine, name)
+        assert image is not None
+        return RuntimeImage(name, "baked", BAKED_PYTHON, None, False, seconds, image.attrs.get("Size"))
+
+
+def _bake(
+    engine: Engine, base: str, name: str, key: str, pins: list[str], sources: ResolvedSources, work: Path
+) -> float:
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(dir=work, prefix="wheelhouse-") as wheelhouse:
+        house = Path(wheelhouse)
+        (house / "requirements.txt").write_text("\n".join(pins) + "\n")
+        log.info("downloading %d wheels for %s", len(pins), name)
+        commands.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "--isolated",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--dest",
+                house,
+                *sources.pip_args(),
+                "-r",
+                house / "requirements.txt",
+            ],
+            timeout=3600,
+        )
+        downloaded = time.monotonic() - started
+        script = (
+            f"set -e; /mnt/uv venv --quiet --python /usr/bin/python3 /opt/torch && "
+            f"/mnt/uv pip install --quiet --offline --no-index --no-cache --compile-bytecode "
+            f"--find-links /mnt/wheels --python {BAKED_PYTHON} -r /mnt/wheels/requirements.txt && "
+            f"{BAKED_PYTHON} -c 'import torch, pytest'"
+        )
+        container = engine.client.containers.run(
+            base,
+            ["/bin/sh", "-c", script],
+            detach=True,
+            network_mode="none",
+            # Mounts, not volumes: a volume would be declared in the committed image's config.
+            mounts=[
+                Mount("/mnt/wheels", str(house), type="bind", read_only=True),
+                Mount("/mnt/uv", str(uv_binary()), type="bind", read_only=True),
+            ],
+            labels={f"{LABEL}.role": "bake", f"{LABEL}.pid": str(os.getpid())},
+        )
+        try:
+            status = container.wait(timeout=3600)
+            if status.get("StatusCode") != 0:
+                output = container.logs().decode(errors="replace")
+                raise CommandError(["docker run", base, script], status.get("StatusCode", -1), None, output)
+            container.commit(
+                *name.rsplit(":", 1),
+                changes=[f"LABEL {LABEL}.runtime={key}", "ENV PATH=/opt/torch/bin:/usr/bin:/bin"],
+            )
+        finally:
+            container.remove(force=True)
+    seconds = time.monotonic() - started
+    log.info("baked %s in %.0f s (%.0f s of it downloading)", name, seconds, downloaded)
+    return seconds
+
+
+def ensure_pytest_tools(cache_dir: Path) -> Path:
+    """pytest (pure Python) in a directory of its own, for named images that lack it."""
+    target = cache_dir / "docker" / "pytest-tools"
+    marker = target / ".complete"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with locked(target.parent / "pytest-tools.lock"):
+        if not marker.exists():
+            shutil.rmtree(target, ignore_errors=True)
+            commands.run([uv_binary(), "pip", "install", "--quiet", "--target", target, *PYTEST_TOOLS], timeout=600)
+            marker.write_text("")
+    return target
