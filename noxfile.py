@@ -19,6 +19,20 @@ def matrix(session: nox.Session) -> None:
     session.run("python", "-m", "harness", "run", *session.posargs)
 
 
+@nox.session(default=False)
+def harness(session: nox.Session) -> None:
+    """Any harness command: `nox -s harness -- abi-diff 2.15 candidate.whl`, `-- check wheel.whl`..."""
+    session.install("-e", ".")
+    session.run("python", "-m", "harness", *(session.posargs or ["--help"]))
+
+
+@nox.session(default=False)
+def base_image(session: nox.Session) -> None:
+    """Make the docker backend's base image (debootstrap bookworm + docker import), as root, once."""
+    session.install("-e", ".")
+    session.run("python", "-m", "harness", "base-image", *session.posargs)
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """Unit and integration tests (integration tests build and run real cross-version cells)."""

@@ -18,7 +18,7 @@ from rich.table import Table
 
 from harness import __version__
 from harness.build import BuildResult
-from harness.config import DEFAULT_MATRIX, load_matrix
+from harness.config import DEFAULT_MATRIX, Matrix, load_matrix, with_overrides
 from harness.envs import Env
 from harness.errors import BadInputError, ExitCode, HarnessError
 from harness.plan import Plan, make_plan
@@ -69,6 +69,27 @@ def parser() -> argparse.ArgumentParser:
             choices=["venv", "docker"],
             default="venv",
             help="where cells run: uv virtualenvs on this host, or hardened Docker containers (default: %(default)s)",
+        )
+        p.add_argument(
+            "--add-runtime",
+            action="append",
+            default=[],
+            metavar="RELEASE[:cuda]",
+            help="a runtime besides the matrix's, e.g. a pre-release or a release candidate (repeatable)",
+        )
+        p.add_argument(
+            "--extra-index-url",
+            action="append",
+            default=[],
+            metavar="URL",
+            help="another package index for torch (e.g. a nightly or test index; repeatable)",
+        )
+        p.add_argument(
+            "--find-links",
+            action="append",
+            default=[],
+            metavar="DIR",
+            help="a directory of wheels, e.g. a candidate torch wheel (repeatable)",
         )
 
     run = sub.add_parser("run", help="build, run and report the matrix")
@@ -130,6 +151,11 @@ def parser() -> argparse.ArgumentParser:
     rundiff.add_argument("baseline", type=Path, help="results.json or a reports/<run-id> directory")
     rundiff.add_argument("current", type=Path, help="results.json or a reports/<run-id> directory")
     rundiff.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    rundiff.add_argument(
+        "--fail-on-change",
+        action="store_true",
+        help="exit 1 on any difference in cells or statuses, not only new breaks (e.g. venv vs docker parity)",
+    )
 
     audit = sub.add_parser(
         "audit-guards", help="declarations visible at a target that the target release does not export"
@@ -146,6 +172,12 @@ def parser() -> argparse.ArgumentParser:
     )
     audit.add_argument("--no-probe", action="store_true", help="skip the compile probes")
     audit.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+
+    base = sub.add_parser(
+        "base-image", help="docker backend: make (once) the base image cells run in, with debootstrap; print its name"
+    )
+    base.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX, help="the matrix file (default: %(default)s)")
+    base.add_argument("--cache-dir", type=Path, default=None, help="working space (default: the user cache dir)")
     return top
 
 
@@ -214,10 +246,14 @@ def print_grid(run: RunResult) -> None:
             console.print(f"   [{style}]{cell.verdict.value}[/] {line}")
 
 
+def load_matrix_with_overrides(args: argparse.Namespace) -> Matrix:
+    return with_overrides(load_matrix(args.matrix), args.add_runtime, args.extra_index_url, args.find_links)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from harness.pipeline import Pipeline, RunOptions, make_backend  # heavy imports only for `run`
 
-    matrix = load_matrix(args.matrix)
+    matrix = load_matrix_with_overrides(args)
     plan = make_plan(matrix, args.select, args.backend)
     if args.jobs < 1:
         raise HarnessError("--jobs must be at least 1")
@@ -268,11 +304,26 @@ def cmd_diff(args: argparse.Namespace) -> int:
         emit_json(result.to_json())
     else:
         print_diff(result)
-    return int(ExitCode.BROKEN if result.new_breaks else ExitCode.OK)
+    differs = result.new_breaks or (
+        args.fail_on_change and (result.fixed or result.changed or result.added or result.removed)
+    )
+    return int(ExitCode.BROKEN if differs else ExitCode.OK)
+
+
+def cmd_base_image(args: argparse.Namespace) -> int:
+    from harness.container.engine import connect
+    from harness.container.images import ensure_base
+
+    settings = load_matrix(args.matrix).docker
+    engine = connect()
+    name = ensure_base(engine, args.cache_dir or default_cache_dir(), settings.base_image, settings.debian_mirror)
+    size = engine.client.images.get(name).attrs.get("Size", 0)
+    console.print(f"{name} ({size / 1e6:.0f} MB) in the engine at {engine.address}")
+    return int(ExitCode.OK)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    plan = make_plan(load_matrix(args.matrix), args.select, args.backend)
+    plan = make_plan(load_matrix_with_overrides(args), args.select, args.backend)
     print_preamble(plan, "(dry run: nothing is built or run)")
     print_plan(plan)
     return int(ExitCode.OK)
@@ -430,6 +481,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "abi-diff": cmd_abi_diff,
             "audit-guards": cmd_audit_guards,
             "diff": cmd_diff,
+            "base-image": cmd_base_image,
         }
         return commands[args.command](args)
     except HarnessError as exc:

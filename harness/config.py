@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -224,3 +225,38 @@ def _release(doc: Document, path: tuple[str | int, ...], text: str, problems: li
     except ValueError as exc:
         problems.append(f"{doc.where(path)}: {exc}")
         return None
+
+
+def with_overrides(
+    matrix: Matrix,
+    add_runtimes: Sequence[str] = (),
+    extra_index_urls: Sequence[str] = (),
+    find_links: Sequence[str] = (),
+) -> Matrix:
+    """The matrix plus runtimes and package sources given on the command line (nightly and gating jobs).
+
+    An added runtime is ``RELEASE`` or ``RELEASE:cuda`` (e.g. a pre-release, ``2.16.0.dev20261120``,
+    or a release candidate served by an added index or wheel directory).
+    """
+    runtimes = list(matrix.runtimes)
+    problems: list[str] = []
+    for text in add_runtimes:
+        release, _, device = text.partition(":")
+        if device not in ("", "cpu", "cuda"):
+            problems.append(f"--add-runtime {text!r}: the device after ':' must be cpu or cuda")
+            continue
+        try:
+            spec = RuntimeSpec(parse_release(release), device=device or "cpu")  # type: ignore[arg-type]
+        except ValueError as exc:
+            problems.append(f"--add-runtime {text!r}: {exc}")
+            continue
+        if spec not in runtimes:
+            runtimes.append(spec)
+    if problems:
+        raise ConfigError("command line", problems)
+    sources = dataclasses.replace(
+        matrix.sources,
+        extra_index_urls=(*matrix.sources.extra_index_urls, *extra_index_urls),
+        find_links=(*matrix.sources.find_links, *(str(Path(f).resolve()) for f in find_links)),
+    )
+    return dataclasses.replace(matrix, runtimes=tuple(runtimes), sources=sources)

@@ -110,6 +110,8 @@ class DockerBackend:
         )
         environ = {
             "HOME": "/tmp",
+            "USER": "harness",  # the cell's uid has no passwd entry: getpass.getuser() reads these first
+            "LOGNAME": "harness",
             "TMPDIR": "/tmp",
             "LANG": "C.UTF-8",
             "PYTHONPATH": os.pathsep.join(map(str, path)),

@@ -1,0 +1,146 @@
+"""The CI workflows in ci/ and .ci/run: valid structure, and every command and option they call exists."""
+
+import argparse
+import ast
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from harness.cli import parser
+from harness.config import load_matrix
+
+REPO = Path(__file__).resolve().parents[2]
+WORKFLOWS = sorted((REPO / "ci").glob("*.yml"))
+EXPRESSION = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
+
+
+def nox_sessions() -> set[str]:
+    tree = ast.parse((REPO / "noxfile.py").read_text())
+    found = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            for deco in node.decorator_list:
+                target = deco.func if isinstance(deco, ast.Call) else deco
+                if isinstance(target, ast.Attribute) and target.attr == "session":
+                    found.add(node.name)
+    return found
+
+
+def subcommands() -> dict[str, argparse.ArgumentParser]:
+    action = next(a for a in parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+def options_of(sub: argparse.ArgumentParser) -> set[str]:
+    return {flag for action in sub._actions for flag in action.option_strings}
+
+
+def harness_invocations(script: str) -> list[list[str]]:
+    """Argument lists given to the harness: `python -m harness`, `nox -s matrix --`, `nox -s harness --`.
+
+    Options collected in a bash array (`args+=(--add-runtime "$PRE")`) count as `run` options.
+    """
+    calls = [["run", *shlex.split(items)] for items in re.findall(r"\bargs\+?=\((.*?)\)", script)]
+    for line in script.replace("\\\n", " ").splitlines():
+        words = shlex.split(line, comments=True, posix=True) if line.strip() else []
+        for i, word in enumerate(words):
+            if word == "-m" and i + 1 < len(words) and words[i + 1] == "harness":
+                calls.append(words[i + 2 :])
+            if word == "-s" and i + 1 < len(words) and words[i + 1] in {"matrix", "harness"}:
+                rest = words[i + 2 :]
+                args = rest[rest.index("--") + 1 :] if "--" in rest else []
+                calls.append(["run", *args] if words[i + 1] == "matrix" else args)
+    return calls
+
+
+def check_script(script: str, where: str) -> None:
+    sessions, commands = nox_sessions(), subcommands()
+    for session in re.findall(r"\bnox -s (\S+)", script):
+        assert session in sessions, f"{where}: nox session {session!r} does not exist"
+    for argv in harness_invocations(script):
+        words = [w for w in argv if not w.startswith("$") and not w.startswith('"$')]
+        if not words or words[0].startswith("-"):
+            continue
+        assert words[0] in commands, f"{where}: harness command {words[0]!r} does not exist"
+        known = options_of(commands[words[0]])
+        for word in words[1:]:
+            if word.startswith("--"):
+                assert word.split("=")[0] in known, f"{where}: {words[0]} has no option {word}"
+    for path in re.findall(r"\b(ci/[\w./-]+\.(?:sh|yaml|yml))", script):
+        assert (REPO / path).is_file(), f"{where}: {path} does not exist"
+
+
+def load_workflow(path: Path) -> dict[Any, Any]:
+    data: dict[Any, Any] = yaml.safe_load(path.read_text())
+    return data
+
+
+def test_there_are_a_nightly_and_a_release_gating_workflow() -> None:
+    assert {p.name for p in WORKFLOWS} >= {"nightly.yml", "release-gating.yml"}
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_workflow_structure(path: Path) -> None:
+    data = load_workflow(path)
+    triggers = data.get("on", data.get(True))  # YAML 1.1 reads the key `on` as true
+    assert triggers, f"{path.name}: no triggers"
+    assert data["name"] and data["jobs"]
+    for job_name, job in data["jobs"].items():
+        assert job.get("runs-on"), f"{job_name}: no runs-on"
+        assert isinstance(job.get("timeout-minutes"), int), f"{job_name}: no timeout-minutes"
+        step_ids = {step["id"] for step in job["steps"] if "id" in step}
+        for step in job["steps"]:
+            assert ("uses" in step) != ("run" in step), f"{job_name}: a step needs exactly one of uses/run: {step}"
+            if "uses" in step:
+                assert re.fullmatch(r"[\w.-]+/[\w.-]+@v\d+", step["uses"]), step["uses"]
+            for expr in EXPRESSION.findall(yaml.safe_dump(step)):
+                for ref in re.findall(r"\bsteps\.([\w-]+)\.", expr):
+                    assert ref in step_ids, f"{job_name}: expression refers to unknown step {ref!r}"
+                for ref in re.findall(r"\binputs\.([\w-]+)", expr):
+                    inputs = (triggers.get("workflow_dispatch") or {}).get("inputs") or {}
+                    assert ref in inputs, f"{path.name}: unknown input {ref!r}"
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_workflow_commands_exist(path: Path) -> None:
+    for job_name, job in load_workflow(path)["jobs"].items():
+        for step in job["steps"]:
+            if "run" in step:
+                check_script(step["run"], f"{path.name}:{job_name}:{step.get('name', '?')}")
+
+
+def test_the_nightly_gates_on_broken_promises_and_uses_gpus_and_a_prerelease() -> None:
+    jobs = load_workflow(REPO / "ci" / "nightly.yml")["jobs"]
+    gpu_runs = " ".join(step.get("run", "") for step in jobs["gpu"]["steps"])
+    assert "gpu" in jobs["gpu"]["runs-on"] and "--require-gpu" in gpu_runs
+    cpu_runs = " ".join(step.get("run", "") for step in jobs["cpu"]["steps"])
+    assert "--add-runtime" in cpu_runs and "--backend docker" in cpu_runs
+    for job in jobs.values():
+        assert any("upload-artifact" in step.get("uses", "") for step in job["steps"])
+        assert any("GITHUB_STEP_SUMMARY" in step.get("run", "") for step in job["steps"])
+
+
+def test_the_release_gate_runs_abi_diff_and_the_full_matrix() -> None:
+    (job,) = load_workflow(REPO / "ci" / "release-gating.yml")["jobs"].values()
+    runs = " ".join(step.get("run", "") for step in job["steps"])
+    assert "abi-diff" in runs and "nox -s matrix -- --add-runtime" in runs and " -k " not in runs
+
+
+def test_ci_matrices_load() -> None:
+    for path in (REPO / "ci").glob("*.yaml"):
+        assert load_matrix(path).runtimes
+
+
+def test_the_ci_script_calls_what_exists() -> None:
+    check_script((REPO / ".ci" / "run").read_text(), ".ci/run")
+
+
+def test_the_checker_catches_a_missing_option() -> None:
+    with pytest.raises(AssertionError, match="has no option --no-such-flag"):
+        check_script("nox -s matrix -- --backend docker --no-such-flag", "example")
+    with pytest.raises(AssertionError, match="nox session 'nope'"):
+        check_script("nox -s nope", "example")
