@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+from pathlib import Path
 
 import docker
 import docker.errors
@@ -43,12 +44,17 @@ class Engine:
 def connect(timeout: float = 30.0) -> Engine:
     """The engine named by DOCKER_HOST (or the default socket), checked with a ping and a version query."""
     address = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    if address.startswith("unix://") and not Path(address.removeprefix("unix://")).exists():
+        raise EngineError(f"no Docker engine answers at {address}: there is no such socket; {START_HINT}")
+    client: docker.DockerClient | None = None
     try:
         client = docker.from_env(timeout=int(timeout))
         client.ping()
         version = client.version()
         info = client.info()
     except docker.errors.DockerException as exc:
+        if client is not None:
+            client.close()
         raise EngineError(f"no Docker engine answers at {address}: {_first_line(exc)}; {START_HINT}") from exc
     runtimes = tuple(sorted((info.get("Runtimes") or {}).keys()))
     engine = Engine(client, address, version.get("Version", "?"), version.get("ApiVersion", "?"), runtimes)

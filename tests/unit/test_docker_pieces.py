@@ -1,0 +1,119 @@
+"""The docker backend's parts that need no engine: settings, overrides, exit codes, the reproduce line."""
+
+import os
+import signal
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from harness.config import DockerSettings, load_matrix, with_overrides
+from harness.container.backend import _exit_code, docker_run_line
+from harness.container.engine import EngineError, connect
+from harness.errors import ConfigError
+from harness.plan import make_plan
+
+MATRIX = """\
+    schema_version: 1
+    docker:
+      route: baked
+      memory: 4g
+    runtimes:
+      - torch: 2.13.0
+      - {torch: 2.15.0, image: "pytorch/pytorch:2.15.0-cuda13.0-cudnn9-runtime", device: cuda}
+    builds:
+      - {extension: demo, torch: 2.13.0}
+    """
+
+
+@pytest.fixture
+def matrix_file(tmp_path: Path) -> Path:
+    ext = tmp_path / "extensions" / "demo"
+    (ext / "tests").mkdir(parents=True)
+    (ext / "extension.yaml").write_text("name: demo\nmodule: demo\nmin_target: '2.10'\nrecipe: pep517\ntests: tests\n")
+    path = tmp_path / "matrix.yaml"
+    path.write_text(textwrap.dedent(MATRIX))
+    return path
+
+
+def test_docker_settings_and_runtime_images_load(matrix_file: Path) -> None:
+    matrix = load_matrix(matrix_file)
+    assert matrix.docker == DockerSettings(route="baked", memory="4g")
+    assert [r.image for r in matrix.runtimes] == [None, "pytorch/pytorch:2.15.0-cuda13.0-cudnn9-runtime"]
+    # The image is a docker-only setting: the venv backend runs the same runtime in a host env.
+    assert [r.image for r in make_plan(matrix, [], "venv").runtimes] == [None, None]
+    assert make_plan(matrix, [], "docker").runtimes[1].image == "pytorch/pytorch:2.15.0-cuda13.0-cudnn9-runtime"
+
+
+def test_a_bad_docker_setting_is_named_with_its_line(matrix_file: Path) -> None:
+    matrix_file.write_text(matrix_file.read_text().replace("route: baked", "route: bakd"))
+    with pytest.raises(ConfigError) as info:
+        load_matrix(matrix_file)
+    (problem,) = info.value.problems
+    assert problem.startswith("line 3: docker.route:") and "'baked'" in problem
+
+
+def test_overrides_add_runtimes_and_sources(matrix_file: Path, tmp_path: Path) -> None:
+    matrix = with_overrides(
+        load_matrix(matrix_file), ["2.16.0.dev20261120", "2.16.0rc1:cuda", "2.13.0"], ["https://x/nightly"], ["w"]
+    )
+    assert [(str(r.torch), r.device) for r in matrix.runtimes] == [
+        ("2.13.0", "cpu"),
+        ("2.15.0", "cuda"),
+        ("2.16.0.dev20261120", "cpu"),
+        ("2.16.0rc1", "cuda"),
+    ]
+    assert matrix.sources.extra_index_urls == ("https://x/nightly",)
+    assert matrix.sources.find_links == (str(Path("w").resolve()),)
+    with pytest.raises(ConfigError, match="the device after ':' must be cpu or cuda"):
+        with_overrides(matrix, ["2.16:gpu"])
+    with pytest.raises(ConfigError, match=r"--add-runtime '2\.16'"):
+        with_overrides(matrix, ["2.16"])
+
+
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [(0, 0), (1, 1), (10, 10), (139, -signal.SIGSEGV), (137, -signal.SIGKILL), (134, -signal.SIGABRT), (255, 255)],
+)
+def test_container_exit_status_reads_like_a_subprocess_returncode(status: int, code: int) -> None:
+    assert _exit_code(status) == code
+
+
+def test_the_reproduce_line_carries_every_hardening_flag() -> None:
+    kwargs = {
+        "network_mode": "none",
+        "tmpfs": {"/tmp": "rw,nosuid,nodev,size=2g"},
+        "user": "10001:10001",
+        "mem_limit": "8g",
+        "pids_limit": 4096,
+        "ipc_mode": "private",
+        "working_dir": "/opt/harness/out",
+        "volumes": {"/host/site": {"bind": "/opt/harness/site", "mode": "ro"}},
+        "environment": {"HARNESS_DEVICE": "cuda"},
+        "device_requests": ["all"],
+    }
+    line = docker_run_line("img:tag", ["python3", "-m", "pytest"], kwargs)
+    for flag in (
+        "--network=none",
+        "--read-only",
+        "--cap-drop=ALL",
+        "--security-opt=no-new-privileges",
+        "--user=10001:10001",
+        "--memory=8g",
+        "--pids-limit=4096",
+        "--gpus=all",
+        "--volume=/host/site:/opt/harness/site:ro",
+        "--env=HARNESS_DEVICE=cuda",
+    ):
+        assert flag in line.split()
+    assert line.endswith("img:tag python3 -m pytest")
+
+
+def test_no_engine_says_where_it_looked_and_how_to_start_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/none.sock")
+    with pytest.raises(EngineError) as info:
+        connect(timeout=5)
+    message = str(info.value)
+    assert message.startswith(f"no Docker engine answers at unix://{tmp_path}/none.sock: ")
+    assert "dockerd --bridge=none" in message and "DOCKER_HOST" in message
+    assert os.environ["DOCKER_HOST"].endswith("none.sock")
