@@ -64,6 +64,13 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def bench_docker(session: nox.Session) -> None:
+    """The docker backend's costs: engine, base image, container start, a baked image, both backends side by side."""
+    session.install("-e", ".")
+    session.run("python", "benchmarks/bench_docker.py", *session.posargs)
+
+
+@nox.session(default=False)
 def manifest(session: nox.Session) -> None:
     """Regenerate harness/data/stable_manifest.json from the torch wheels (-- 2.16.0 adds a release).
 

@@ -54,6 +54,22 @@ class CellExecution:
     probe: Path
     site: Path | None = None  # the unpacked wheel as the runtime sees it (a container sees its mount point)
 
+    @classmethod
+    def in_dir(
+        cls, out: Path, returncode: int | None, timed_out: bool, launched_at: float, seconds: float
+    ) -> CellExecution:
+        """An execution whose files have the standard names in the cell's output directory."""
+        return cls(
+            returncode,
+            timed_out,
+            launched_at,
+            seconds,
+            out / "stdout.log",
+            out / "stderr.log",
+            out / "junit.xml",
+            out / "probe.json",
+        )
+
 
 class Backend(Protocol):
     name: str
@@ -168,16 +184,7 @@ def run_process(argv: list[str], environ: dict[str, str], out: Path, timeout: fl
             _kill_group(proc.pid, signal.SIGKILL)  # stragglers a test may have started
             with _active_lock:
                 _active_groups.discard(proc.pid)
-    return CellExecution(
-        returncode,
-        timed_out,
-        launched_at,
-        time.monotonic() - started,
-        stdout,
-        stderr,
-        out / "junit.xml",
-        out / "probe.json",
-    )
+    return CellExecution.in_dir(out, returncode, timed_out, launched_at, time.monotonic() - started)
 
 
 def kill_active_cells() -> None:

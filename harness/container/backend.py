@@ -9,6 +9,7 @@ whatever the way it ends, unless kept for debugging.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -198,17 +199,8 @@ class DockerBackend:
                 log.warning("kept container %s (%s)", container.short_id, kwargs["labels"][f"{LABEL}.cell"])
             else:
                 container.remove(force=True)
-        return CellExecution(
-            returncode,
-            timed_out,
-            launched_at,
-            time.monotonic() - started,
-            stdout,
-            stderr,
-            out / "junit.xml",
-            out / "probe.json",
-            site=SITE,
-        )
+        execution = CellExecution.in_dir(out, returncode, timed_out, launched_at, time.monotonic() - started)
+        return dataclasses.replace(execution, site=SITE)
 
     def stop_all(self) -> None:
         """Kill every running cell container, and any about to start (an interrupted run leaves nothing)."""
@@ -241,12 +233,11 @@ def _kill(container: Container) -> None:
 
 
 def _skipped(out: Path, reason: str) -> CellExecution:
-    probe = out / "probe.json"
-    probe.write_text(json.dumps({"phase": "skipped", "skip_reason": reason}) + "\n")
-    empty = out / "stdout.log"
-    empty.write_text("")
-    (out / "stderr.log").write_text(reason + "\n")
-    return CellExecution(SKIP_EXIT, False, time.time(), 0.0, empty, out / "stderr.log", out / "junit.xml", probe)
+    execution = CellExecution.in_dir(out, SKIP_EXIT, False, time.time(), 0.0)
+    execution.probe.write_text(json.dumps({"phase": "skipped", "skip_reason": reason}) + "\n")
+    execution.stdout.write_text("")
+    execution.stderr.write_text(reason + "\n")
+    return execution
 
 
 def _hand_to_cell_user(out: Path) -> tuple[int, int] | None:
