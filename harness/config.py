@@ -125,8 +125,8 @@ def discover_extensions(doc: Document, problems: list[str], failed: set[str] | N
             ext = load_extension(directory)
         except ConfigError as exc:
             problems.extend(f"{exc.source}: {p}" for p in exc.problems)
-            if failed is not None and isinstance(name := Document.load(directory / "extension.yaml").data, dict):
-                failed.add(str(name.get("name")))  # its builds need no second message
+            if failed is not None:  # its builds need no second message calling it unknown
+                failed.add(_declared_name(directory / "extension.yaml"))
             continue
         if ext.name in extensions and extensions[ext.name].root != ext.root:
             problems.append(
@@ -134,6 +134,15 @@ def discover_extensions(doc: Document, problems: list[str], failed: set[str] | N
             )
         extensions[ext.name] = ext
     return extensions
+
+
+def _declared_name(path: Path) -> str:
+    """The name an extension.yaml declares, read leniently: '' when it cannot be read at all."""
+    try:
+        data = Document.load(path).data
+    except ConfigError:
+        return ""
+    return str(data.get("name", "")) if isinstance(data, dict) else ""
 
 
 def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:

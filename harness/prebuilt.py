@@ -32,7 +32,8 @@ SHARED_OBJECT = re.compile(r"\.so(\.|$)")
 def find_wheel(directory: Path, pattern: str) -> tuple[Path | None, str]:
     """The one file the pattern (a path or glob relative to directory) names; else None and why."""
     where = os.path.normpath(directory / pattern)
-    matches = sorted(Path(m) for m in glob.glob(where) if Path(m).is_file())
+    escaped = os.path.normpath(os.path.join(glob.escape(str(directory)), pattern))  # only the pattern is a glob
+    matches = sorted(Path(m) for m in glob.glob(escaped) if Path(m).is_file())
     if not matches:
         return None, (
             f"{pattern!r} ({where}) matches no file: build the wheel first "

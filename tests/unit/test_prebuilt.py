@@ -236,3 +236,16 @@ def test_a_wheel_uv_refuses_to_install_is_bad_input_not_an_infrastructure_error(
     with pytest.raises(BadInputError, match="uv cannot install the prebuilt wheel") as info:
         Builder(tmp_path / "cache", timeout=60).build(build, env)
     assert str(ext / "extension.yaml") in str(info.value) and "rebuild it with a standard build tool" in str(info.value)
+
+
+def test_only_the_pattern_is_a_glob_not_the_directory(tmp_path: Path) -> None:
+    directory = tmp_path / "ops[v2]"
+    wheel = ops_wheel(directory / "dist" / ABI3)
+    assert find_wheel(directory, "dist/*.whl") == (wheel, "")
+
+
+def test_an_unreadable_extension_yaml_is_reported_once_among_the_others(tmp_path: Path) -> None:
+    ext = write_extension(tmp_path, WHEEL_EXTENSION)
+    (ext / "extension.yaml").write_text("name: [unclosed\n")
+    found = problems(matrix_with(tmp_path, "{extension: my_ops, torch: 2.13.0}"))
+    assert len(found) == 2 and "not valid YAML" in found[0] and "unknown extension 'my_ops'" in found[1]
