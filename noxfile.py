@@ -51,8 +51,8 @@ def unit(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff (style, no print outside the CLI) and mypy --strict on the package."""
     session.install("-e", ".[lint]")
-    session.run("ruff", "check", "harness", "tests", "benchmarks", "extensions", "noxfile.py")
-    session.run("ruff", "format", "--check", "harness", "tests", "benchmarks", "extensions", "noxfile.py")
+    session.run("ruff", "check", "harness", "tests", "benchmarks", "extensions", "examples", "noxfile.py")
+    session.run("ruff", "format", "--check", "harness", "tests", "benchmarks", "extensions", "examples", "noxfile.py")
     session.run("mypy")
 
 

@@ -18,11 +18,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import commands
+from harness import commands, prebuilt
 from harness.envs import Env, locked
-from harness.errors import CommandError
+from harness.errors import BadInputError, CommandError
+from harness.manifest import packaged_manifest
 from harness.plan import Build
+from harness.predict import ArtifactImports
 from harness.sources import uv_binary
+from harness.symbols import read_artifact
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +44,7 @@ class BuildResult:
     seconds: float
     cached: bool
     key: str
+    findings: tuple[str, ...] = ()  # a prebuilt wheel whose imports contradict what the matrix claims for it
 
 
 def compiler_identity() -> str:
@@ -66,15 +70,21 @@ def source_digest(root: Path, exclude: Path) -> str:
     return digest.hexdigest()
 
 
+def file_digest(path: Path) -> str:
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
 def cache_key(build: Build, env: Env, compiler: str) -> str:
+    wheel = build.extension.wheel
     material = {
         "format": BUILD_FORMAT,
-        "sources": source_digest(build.extension.root, build.extension.tests),
+        "sources": file_digest(wheel) if wheel else source_digest(build.extension.root, build.extension.tests),
         "recipe": build.extension.recipe,
         "target": build.target.hex if build.target else None,
         "torch": env.torch_version,
         "python": build.python,
-        "compiler": compiler,
+        "compiler": None if wheel else compiler,
     }
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
 
@@ -104,6 +114,8 @@ class Builder:
             cached = self._load(build, out, key)
             if cached is not None:
                 return cached
+            if build.extension.wheel is not None:
+                return self._unpack(build, build.extension.wheel, env, out, key)
             return self._compile(build, env, out, key)
 
     def _load(self, build: Build, out: Path, key: str) -> BuildResult | None:
@@ -118,7 +130,16 @@ class Builder:
         if meta["ok"] and not (wheel and wheel.is_file() and site and site.is_dir()):
             return None
         return BuildResult(
-            build, meta["ok"], meta["reason"], wheel, site, out / "build.log", meta["seconds"], True, key
+            build,
+            meta["ok"],
+            meta["reason"],
+            wheel,
+            site,
+            out / "build.log",
+            meta["seconds"],
+            True,
+            key,
+            tuple(meta.get("findings", ())),
         )
 
     def _compile(self, build: Build, env: Env, out: Path, key: str) -> BuildResult:
@@ -166,21 +187,65 @@ class Builder:
                 ok, reason = False, f"the recipe produced {len(wheels)} wheels, expected 1"
             else:
                 wheel = wheels[0]
-                commands.run(
-                    [
-                        self.uv,
-                        "pip",
-                        "install",
-                        "--quiet",
-                        "--no-deps",
-                        "--python",
-                        env.python,
-                        "--target",
-                        out / "site",
-                        wheel,
-                    ],
-                    timeout=300,
-                )
+        return self._finish(build, env, out, key, started, reason, wheel)
+
+    def _unpack(self, build: Build, prebuilt_wheel: Path, env: Env, out: Path, key: str) -> BuildResult:
+        """recipe 'wheel': nothing is compiled; the user's wheel is copied in and unpacked like a built one."""
+        started = time.monotonic()
+        shutil.rmtree(out, ignore_errors=True)
+        (out / "dist").mkdir(parents=True)
+        wheel = out / "dist" / prebuilt_wheel.name
+        shutil.copyfile(prebuilt_wheel, wheel)
+        log.info("%s: prebuilt wheel %s, not compiled", build.id, prebuilt_wheel)
+        claimed = f"build torch {build.torch}, target {build.effective_target}"
+        imports = ArtifactImports.of(read_artifact(wheel))
+        found = prebuilt.claim_findings(
+            imports, build.torch, build.effective_target, build.extension.stable, packaged_manifest()
+        )
+        (out / "build.log").write_text(
+            f"prebuilt wheel {prebuilt_wheel} (sha256 {file_digest(wheel)}), claimed {claimed}; not compiled\n"
+            + "".join(f"finding: {f}\n" for f in found)
+        )
+        for finding in found:
+            log.warning("%s: %s", build.id, finding)
+        try:
+            return self._finish(build, env, out, key, started, "", wheel, found)
+        except CommandError as exc:  # the user's wheel, not the harness, is what uv refused
+            shutil.rmtree(out, ignore_errors=True)
+            raise BadInputError(
+                f"{build.extension.root / 'extension.yaml'}: uv cannot install the prebuilt wheel {prebuilt_wheel}:\n"
+                f"{exc.output.strip()}\nrebuild it with a standard build tool (`uv build`, `pip wheel`)"
+            ) from exc
+
+    def _finish(
+        self,
+        build: Build,
+        env: Env,
+        out: Path,
+        key: str,
+        started: float,
+        reason: str,
+        wheel: Path | None,
+        findings: tuple[str, ...] = (),
+    ) -> BuildResult:
+        """Unpack a good wheel into site/ (what every cell puts on its path) and record the result."""
+        ok = wheel is not None
+        if wheel is not None:
+            commands.run(
+                [
+                    self.uv,
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--no-deps",
+                    "--python",
+                    env.python,
+                    "--target",
+                    out / "site",
+                    wheel,
+                ],
+                timeout=300,
+            )
         seconds = time.monotonic() - started
         meta = {
             "key": key,
@@ -189,9 +254,11 @@ class Builder:
             "wheel": str(wheel.relative_to(out)) if wheel else None,
             "seconds": round(seconds, 2),
             "torch": env.torch_version,
-            "compiler": self.compiler,
+            "compiler": None if build.extension.wheel else self.compiler,
             "target": build.target.hex if build.target else None,
+            "findings": list(findings),
         }
         (out / "build.json").write_text(json.dumps(meta, indent=2) + "\n")
         log.info("built %s in %.1f s: %s", build.id, seconds, "ok" if ok else f"FAILED: {reason}")
-        return BuildResult(build, ok, reason, wheel, out / "site" if ok else None, build_log, seconds, False, key)
+        site = out / "site" if ok else None
+        return BuildResult(build, ok, reason, wheel, site, out / "build.log", seconds, False, key, findings)

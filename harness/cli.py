@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import logging
 import os
@@ -244,6 +245,9 @@ def print_grid(run: RunResult) -> None:
             style = VERDICT_STYLE[cell.verdict]
             line = f"{escape(cell.id)}: {cell.status.value}: {escape(cell.reason)}"
             console.print(f"   [{style}]{cell.verdict.value}[/] {line}")
+    seen = collections.Counter(d.key for cell in run.cells for d in cell.doc_differences)
+    for key, cells in sorted(seen.items()):
+        console.print(f"   [cyan]differs from the documents[/] {escape(key)}: in {cells} cell(s), see summary.md")
 
 
 def load_matrix_with_overrides(args: argparse.Namespace) -> Matrix:

@@ -43,6 +43,34 @@ class JunitReport:
 
 
 @dataclasses.dataclass(frozen=True)
+class DocDifference:
+    """A runtime doing something other than PyTorch's documents say, as a test recorded it."""
+
+    key: str  # names the behaviour; the report groups by it
+    text: str  # what is documented and what happened instead
+    tests: tuple[str, ...]  # the tests that saw it
+
+    def to_json(self) -> dict[str, Any]:
+        return {"key": self.key, "text": self.text, "tests": list(self.tests)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> DocDifference:
+        return cls(data["key"], data["text"], tuple(data["tests"]))
+
+
+def doc_differences(probe: dict[str, Any]) -> tuple[DocDifference, ...]:
+    """The probe's records merged by (key, text), sorted; malformed entries are dropped, not fatal."""
+    tests: dict[tuple[str, str], list[str]] = {}
+    for entry in probe.get("doc_differences") or ():
+        if not isinstance(entry, dict) or not all(isinstance(entry.get(k), str) for k in ("key", "text", "test")):
+            continue
+        seen = tests.setdefault((entry["key"], entry["text"]), [])
+        if entry["test"] not in seen:
+            seen.append(entry["test"])
+    return tuple(DocDifference(key, text, tuple(names)) for (key, text), names in sorted(tests.items()))
+
+
+@dataclasses.dataclass(frozen=True)
 class Outcome:
     status: Status
     reason: str
@@ -51,6 +79,10 @@ class Outcome:
     missing_symbol: str | None = None
     probe: dict[str, Any] = dataclasses.field(default_factory=dict)
     tests_seconds: float | None = None
+
+    @property
+    def doc_differences(self) -> tuple[DocDifference, ...]:
+        return doc_differences(self.probe)
 
 
 def read_junit(path: Path) -> JunitReport | None:

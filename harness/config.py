@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from packaging.version import Version
 
+from harness import prebuilt
 from harness.errors import ConfigError
 from harness.schema import Document, did_you_mean
 from harness.versions import ApiLevel, parse_release
@@ -60,6 +61,7 @@ class Extension:
     tests: Path
     expect: str | None = None  # a negative control's status where it loads: TEST_FAILED, CRASHED or TIMEOUT
     timeout: float | None = None
+    wheel: Path | None = None  # recipe 'wheel': the user's prebuilt wheel, unpacked instead of built
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,10 +100,12 @@ def load_extension(directory: Path) -> Extension:
         raise ConfigError(doc.path, problems)
     data: dict[str, Any] = doc.data
     tests = (directory / data["tests"]).resolve()
+    problems = []
     if not tests.is_dir():
-        raise ConfigError(
-            doc.path, [f"{doc.where(('tests',))}: {data['tests']!r} is not a directory under {directory}"]
-        )
+        problems.append(f"{doc.where(('tests',))}: {data['tests']!r} is not a directory under {directory}")
+    wheel = prebuilt.wheel_of(doc, directory, problems)
+    if problems:
+        raise ConfigError(doc.path, problems)
     return Extension(
         name=data["name"],
         module=data["module"],
@@ -112,10 +116,11 @@ def load_extension(directory: Path) -> Extension:
         tests=tests,
         expect=data.get("expect"),
         timeout=data.get("timeout"),
+        wheel=wheel,
     )
 
 
-def discover_extensions(doc: Document, problems: list[str]) -> dict[str, Extension]:
+def discover_extensions(doc: Document, problems: list[str], failed: set[str] | None = None) -> dict[str, Extension]:
     """extensions/*/extension.yaml next to the matrix, plus the directories it lists."""
     base = doc.path.parent
     found: list[tuple[Path, str]] = [
@@ -135,6 +140,8 @@ def discover_extensions(doc: Document, problems: list[str]) -> dict[str, Extensi
             ext = load_extension(directory)
         except ConfigError as exc:
             problems.extend(f"{exc.source}: {p}" for p in exc.problems)
+            if failed is not None:  # its builds need no second message calling it unknown
+                failed.add(_declared_name(directory / "extension.yaml"))
             continue
         if ext.name in extensions and extensions[ext.name].root != ext.root:
             problems.append(
@@ -142,6 +149,15 @@ def discover_extensions(doc: Document, problems: list[str]) -> dict[str, Extensi
             )
         extensions[ext.name] = ext
     return extensions
+
+
+def _declared_name(path: Path) -> str:
+    """The name an extension.yaml declares, read leniently: '' when it cannot be read at all."""
+    try:
+        data = Document.load(path).data
+    except ConfigError:
+        return ""
+    return str(data.get("name", "")) if isinstance(data, dict) else ""
 
 
 def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
@@ -152,7 +168,8 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
     if problems:  # the checks below assume the shapes the schema guarantees
         raise ConfigError(path, problems)
     data: dict[str, Any] = doc.data
-    extensions = discover_extensions(doc, problems)
+    failed: set[str] = set()
+    extensions = discover_extensions(doc, problems, failed)
 
     runtimes: list[RuntimeSpec] = []
     for index, item in enumerate(data["runtimes"]):
@@ -164,11 +181,14 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
             problems.append(f"{doc.where(('runtimes', index))}: duplicate runtime {item!r}")
         runtimes.append(spec)
 
+    python = data.get("python", DEFAULT_PYTHON)
     builds: list[BuildSpec] = []
     for index, item in enumerate(data["builds"]):
         where = ("builds", index)
         torch = _release(doc, (*where, "torch"), item["torch"], problems)
         ext = extensions.get(item["extension"])
+        if ext is None and item["extension"] in failed:
+            continue
         if ext is None:
             known = sorted(extensions)
             problems.append(
@@ -192,6 +212,10 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
                 )
             else:
                 only.append(parse_release(text))
+        if ext.wheel is not None and torch is not None:
+            problems.extend(
+                f"{doc.where(where)}: {p}" for p in prebuilt.claim_problems(ext.name, ext.wheel, torch, target, python)
+            )
         build = BuildSpec(ext, torch or Version("0"), item.get("variant", "auto"), target, tuple(only))
         if build in builds:
             problems.append(f"{doc.where(where)}: duplicate build {item!r}")
@@ -203,7 +227,7 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
     sources = data.get("sources") or {}
     return Matrix(
         path=path.resolve(),
-        python=data.get("python", DEFAULT_PYTHON),
+        python=python,
         settings=Settings(**settings),
         sources=Sources(
             inherit_pip_config=sources.get("inherit_pip_config", True),

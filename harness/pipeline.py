@@ -249,8 +249,10 @@ class Pipeline:
                     "tests": outcome.tests_seconds,
                 },
                 prediction=prediction.to_json() if prediction else None,
-                findings=tuple(
-                    findings(prediction, outcome.status.value, outcome.reason, outcome.missing_symbol, designed)
+                doc_differences=outcome.doc_differences,
+                findings=(
+                    *build.findings,
+                    *findings(prediction, outcome.status.value, outcome.reason, outcome.missing_symbol, designed),
                 ),
                 logs=relative_logs(
                     [

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.collect import CaseCounts
+from harness.collect import CaseCounts, DocDifference
 from harness.errors import ExitCode
 from harness.verdict import Expected, Status, Verdict
 
-RESULTS_SCHEMA_VERSION = 2  # 2: each cell has its static prediction and findings
+RESULTS_SCHEMA_VERSION = 3  # 2: each cell has its static prediction and findings; 3: and its doc_differences
 
 VERDICT_SYMBOL = {
     Verdict.KEPT: "✅",
@@ -71,7 +72,8 @@ class CellResult:
     durations: dict[str, float | None] = dataclasses.field(default_factory=dict)
     logs: dict[str, str] = dataclasses.field(default_factory=dict)
     prediction: dict[str, Any] | None = None  # the static prediction made before the cell ran
-    findings: tuple[str, ...] = ()  # where the outcome disagrees with the prediction
+    findings: tuple[str, ...] = ()  # the outcome disagrees with the prediction; a prebuilt wheel with its claim
+    doc_differences: tuple[DocDifference, ...] = ()  # what its tests saw the runtime do other than documented
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -102,6 +104,7 @@ class CellResult:
             "logs": dict(sorted(self.logs.items())),
             "prediction": self.prediction,
             "findings": list(self.findings),
+            "doc_differences": [d.to_json() for d in self.doc_differences],
         }
 
     @classmethod
@@ -131,6 +134,7 @@ class CellResult:
             logs=data["logs"],
             prediction=data.get("prediction"),  # absent in schema_version 1
             findings=tuple(data.get("findings", ())),
+            doc_differences=tuple(DocDifference.from_json(d) for d in data.get("doc_differences", ())),  # from 3
         )
 
 
@@ -236,10 +240,15 @@ def summary_markdown(run: RunResult) -> str:
             cells.append(f"{VERDICT_SYMBOL[cell.verdict]} {STATUS_SHORT[cell.status]}{mark}" if cell else "")
         lines.append(f"| `{row}` | " + " | ".join(cells) + " |")
     legend = "; ".join(f"{VERDICT_SYMBOL[v]} {VERDICT_MEANING[v]}" for v in Verdict)
-    lines += ["", f"Legend: {legend}; {FINDING_MARK} the outcome disagrees with the static prediction", ""]
+    lines += [
+        "",
+        f"Legend: {legend}; {FINDING_MARK} a finding: the outcome disagrees with the static prediction, "
+        "or a prebuilt wheel's imports contradict what the matrix claims for it",
+        "",
+    ]
     findings = [c for c in sorted(run.cells, key=lambda c: c.id) if c.findings]
     predicted = sum(1 for c in run.cells if c.prediction is not None)
-    verdict_line = f"{len(findings)} disagree:" if findings else "every prediction matched the outcome."
+    verdict_line = f"{len(findings)} have findings:" if findings else "every prediction matched the outcome."
     lines += [
         "## Prediction vs outcome",
         "",
@@ -248,6 +257,7 @@ def summary_markdown(run: RunResult) -> str:
     ]
     lines += [f"- {FINDING_MARK} `{c.id}`: {f}" for c in findings for f in c.findings]
     lines.append("")
+    lines += doc_differences_markdown(run.cells)
     explained = [
         c for c in sorted(run.cells, key=lambda c: c.id) if c.status is not Status.PASS or c.verdict is not Verdict.KEPT
     ]
@@ -260,6 +270,46 @@ def summary_markdown(run: RunResult) -> str:
             )
         lines.append("")
     return "\n".join(lines)
+
+
+def doc_differences_markdown(cells: Sequence[CellResult]) -> list[str]:
+    """Behaviours the suites recorded as differing from PyTorch's documents, by key, with where each was seen."""
+    by_key: dict[str, list[tuple[CellResult, DocDifference]]] = {}
+    for cell in cells:
+        for difference in cell.doc_differences:
+            by_key.setdefault(difference.key, []).append((cell, difference))
+    if not by_key:
+        return []
+    lines = [
+        "## Where runtimes differ from PyTorch's documents",
+        "",
+        f"{len(by_key)} behaviour(s) recorded by the suites' tests (the `doc_difference` fixture):",
+        "",
+    ]
+    for key, seen in sorted(by_key.items()):
+        seen_cells = list({cell.id: cell for cell, _ in seen}.values())
+        extensions = {cell.extension for cell in seen_cells}
+        # The other cells whose suite could have seen it: same extension, and its tests ran.
+        unseen = [c for c in cells if c.extension in extensions and c not in seen_cells and c.tests.total]
+        tests = sorted({t for _, d in seen for t in d.tests})
+        shown = ", ".join(f"`{t}`" for t in tests[:3]) + (f" (+{len(tests) - 3} more)" if len(tests) > 3 else "")
+        lines += [f"### `{key}`", "", *(f"> {text}" for text in sorted({d.text for _, d in seen})), ""]
+        lines.append(f"- seen in {len(seen_cells)} cell(s): {_where(seen_cells)}")
+        elsewhere = f": {_where(unseen)}" if unseen else ""
+        lines.append(f"- not seen in {len(unseen)} other cell(s) of the same suite{elsewhere}")
+        lines += [f"- recorded by {shown}", ""]
+    return lines
+
+
+def _where(cells: Sequence[CellResult]) -> str:
+    """'builds `a`, `b` on torch 2.9.1, 2.10.0': the builds and runtime releases of some cells."""
+    builds = ", ".join(f"`{b}`" for b in sorted({c.build_id for c in cells}))
+    torches = sorted({c.runtime_torch for c in cells}, key=_release_key)
+    return f"builds {builds} on torch {', '.join(torches)}"
+
+
+def _release_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version.partition("+")[0]))
 
 
 def junit_xml(run: RunResult) -> str:

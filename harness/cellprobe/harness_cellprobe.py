@@ -4,7 +4,8 @@ It runs inside the runtime environment (stdlib, pytest and torch only, never the
 harness) and records, in the JSON file named by HARNESS_PROBE_FILE, what the
 harness cannot learn from junit XML: how long ``import torch`` and loading the
 extension took, the loader's real error (``torch.ops.load_library`` hides it in
-``__cause__``), and which test was running if the process dies.
+``__cause__``), which test was running if the process dies, and the differences
+from PyTorch's documents that tests record with the ``doc_difference`` fixture.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -114,3 +116,22 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _record.get("phase") in {"collect", "tests"}:
         _record.update(phase="finished", exitstatus=int(exitstatus), current_test=None)
         _write()
+
+
+@pytest.fixture
+def doc_difference(request: pytest.FixtureRequest) -> Callable[[str, str], None]:
+    """Record that this runtime does something other than PyTorch's documents say.
+
+    ``doc_difference(key, text)``: key names the behaviour (the report groups by it and
+    lists the cells where it was seen); text says what was documented and what happened.
+    It records and never fails the test: a test asserts what it must, separately.
+    """
+
+    def record(key: str, text: str) -> None:
+        entry = {"key": str(key), "text": str(text), "test": request.node.nodeid}
+        seen = _record.setdefault("doc_differences", [])
+        if entry not in seen:
+            seen.append(entry)
+            _write()
+
+    return record

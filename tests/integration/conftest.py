@@ -17,8 +17,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from packaging.version import Version
+
+from harness.build import IGNORED
+from harness.cli import default_cache_dir
+from harness.config import DEFAULT_PYTHON, Sources
+from harness.envs import EnvManager, EnvSpec
+from harness.sources import resolve_sources, uv_binary
+from harness.versions import ApiLevel
 
 HERE = Path(__file__).parent
+EXAMPLES = HERE.parents[1] / "examples"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -211,3 +220,27 @@ def harness_containers(host: str) -> list[str]:
         return [c.name for c in client.containers.list(all=True, filters={"label": "torch-abi-harness.pid"})]
     finally:
         client.close()
+
+
+def build_wheel(source: Path, torch: str, target: str, out_dir: Path) -> Path:
+    """A wheel built the way a user would (uv build, in torch's env), outside the harness; from a copy of source."""
+    env = EnvManager(default_cache_dir(), resolve_sources(Sources())).ensure(
+        EnvSpec(Version(torch), "auto", DEFAULT_PYTHON)
+    )
+    work = out_dir / "src"
+    shutil.copytree(source, work, ignore=shutil.ignore_patterns(*IGNORED))
+    subprocess.run(
+        [uv_binary(), "build", "--wheel", "--no-build-isolation", "--python", env.python, "--out-dir", out_dir, work],
+        env={**os.environ, "TORCH_TARGET_VERSION": ApiLevel.parse(target).hex},
+        check=True,
+        capture_output=True,
+    )
+    shutil.rmtree(work)
+    (wheel,) = out_dir.glob("*.whl")
+    return wheel
+
+
+@pytest.fixture(scope="session")
+def fused_ops_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """examples/fused_ops as its author ships it: built on torch 2.15.0 for 2.10, as examples/matrix.yaml says."""
+    return build_wheel(EXAMPLES / "fused_ops", "2.15.0", "2.10", tmp_path_factory.mktemp("fused_ops_wheel"))

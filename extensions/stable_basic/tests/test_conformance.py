@@ -162,8 +162,13 @@ def test_optional_double_none_and_value():
 
 @covers("row.ScalarType")
 @pytest.mark.parametrize("dtype", list(SCALAR_TYPE_CODES), ids=str)
-def test_scalar_type_return(dtype):
+def test_scalar_type_return(dtype, doc_difference):
     result = ops.dtype_of(torch.zeros(2, dtype=dtype))
+    if not isinstance(result, torch.dtype):
+        doc_difference(
+            "enum_return_is_int.ScalarType",
+            "a `-> ScalarType` return reaches Python as its int code, not a torch.dtype",
+        )
     code = SCALAR_TYPE_CODES[result] if isinstance(result, torch.dtype) else result
     assert code == SCALAR_TYPE_CODES[dtype]
 
@@ -309,10 +314,20 @@ def test_memory_format_argument(memory_format):
 
 @covers("row.Layout", "row.MemoryFormat")
 @needs_2_10
-def test_layout_and_memory_format_round_trip():
+def test_layout_and_memory_format_round_trip(doc_difference):
     # Like ScalarType, these enums reach Python as their c10 codes.
-    assert ops.echo_layout(torch.strided) in (torch.strided, 0)
-    assert ops.echo_memory_format(torch.channels_last) in (torch.channels_last, 2)
+    layout, memory_format = ops.echo_layout(torch.strided), ops.echo_memory_format(torch.channels_last)
+    assert layout in (torch.strided, 0)
+    assert memory_format in (torch.channels_last, 2)
+    if not isinstance(layout, torch.layout):
+        doc_difference(
+            "enum_return_is_int.Layout", "a `-> Layout` return reaches Python as its int code, not a torch.layout"
+        )
+    if not isinstance(memory_format, torch.memory_format):
+        doc_difference(
+            "enum_return_is_int.MemoryFormat",
+            "a `-> MemoryFormat` return reaches Python as its int code, not a torch.memory_format",
+        )
 
 
 @covers("schema.Tensor?", "row.optional", "row.Tensor")
@@ -363,7 +378,7 @@ def test_thread_query_and_parallel_for():
 
 
 @covers("dispatcher.error_propagation", "schema.Tensor(a)")
-def test_view_and_shim_error():
+def test_view_and_shim_error(doc_difference):
     x = torch.arange(4.0)
     out = ops.narrow_view(x, 0, 1, 2)
     torch.testing.assert_close(out, x[1:3])
@@ -372,6 +387,13 @@ def test_view_and_shim_error():
         ops.narrow_view(x, 0, 2, 5)
     if LEVEL >= (2, 13):  # STABLE_TORCH_ERROR_CODE_CHECK carries ATen's own message
         assert "exceeds dimension size" in str(info.value)
+    elif "exceeds dimension size" not in str(info.value):
+        doc_difference(
+            "aten_error_message_lost",
+            "an ATen error inside a generated C shim reaches Python without ATen's message "
+            f"(built for {LEVEL[0]}.{LEVEL[1]}, below the 2.13 headers' error check): "
+            + re.sub(r" at [^\s,]+", " at <header>", str(info.value).splitlines()[0])[:160],
+        )
 
 
 # ---- 2.11: from_blob with a deleter ------------------------------------------------
