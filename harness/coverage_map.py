@@ -39,8 +39,11 @@ CHECKLIST: dict[str, list[str]] = {
     ],
     "StableIValue rows": [
         "row.Tensor",
+        "row.Tensor_undefined",
         "row.optional",
+        "row.optional_nested",
         "row.ScalarType",
+        "row.ScalarType_every_dtype",
         "row.Layout",
         "row.MemoryFormat",
         "row.bool",
@@ -58,6 +61,7 @@ CHECKLIST: dict[str, list[str]] = {
         "schema.Tensor?",
         "schema.Tensor!?",
         "schema.Tensor[]",
+        "schema.Tensor?[]",
         "schema.int[]",
         "schema.str[]",
         "schema.default",
@@ -68,7 +72,9 @@ CHECKLIST: dict[str, list[str]] = {
         "dispatch.CompositeExplicitAutograd",
         "dispatch.CompositeImplicitAutograd",
         "opcheck",
+        "opcheck.every_op",
         "parity.eager",
+        "parity.dtype_matrix",
     ],
 }
 REPO = Path(__file__).resolve().parents[1]

@@ -242,6 +242,73 @@ void boxed_square(StableIValue* stack, uint64_t, uint64_t) {
   stack[0] = call[0];
 }
 
+// echo_dtype(ScalarType dtype) -> ScalarType: the argument goes through the extension's own
+// StableIValue -> ScalarType conversion and back. Which dtypes get through is set by the build's
+// level (its headers' switch); the rest fail with "Not yet supported ScalarType", raised by
+// libtorch's own copy of the conversion before the kernel runs on 2.11+ runtimes, by ours before.
+void boxed_echo_dtype(StableIValue* stack, uint64_t, uint64_t) {
+  torch::headeronly::ScalarType dtype = to<torch::headeronly::ScalarType>(stack[0]);
+  stack[0] = from(dtype);
+}
+
+// echo_optional_dtype(ScalarType? dtype=None) -> ScalarType?: None and a value, both directions.
+void boxed_echo_optional_dtype(StableIValue* stack, uint64_t, uint64_t) {
+  std::optional<torch::headeronly::ScalarType> dtype =
+      to<std::optional<torch::headeronly::ScalarType>>(stack[0]);
+  stack[0] = from(dtype);
+}
+
+// ---- undefined tensors: a default-constructed torch::stable::Tensor holds no TensorImpl ----
+
+// 0: None; 1: a defined tensor; 2: a value that is an undefined tensor.
+int64_t tensor_state_of(const std::optional<Tensor>& t) {
+  if (!t.has_value()) return 0;
+  return t->defined() ? 1 : 2;
+}
+
+// tensor_state(Tensor? t) -> int
+void boxed_tensor_state(StableIValue* stack, uint64_t, uint64_t) {
+  stack[0] = from(tensor_state_of(to<std::optional<Tensor>>(stack[0])));
+}
+
+// is_defined(Tensor t) -> bool
+void boxed_is_defined(StableIValue* stack, uint64_t, uint64_t) {
+  Tensor t = to<Tensor>(stack[0]);
+  stack[0] = from(t.defined());
+}
+
+// undefined_tensor() -> Tensor: an undefined tensor as a kernel's return.
+void boxed_undefined_tensor(StableIValue* stack, uint64_t, uint64_t) {
+  stack[0] = from(Tensor());
+}
+
+// maybe_undefined(Tensor t, int which) -> Tensor?: 0 None, 1 an undefined tensor as the value,
+// otherwise a clone of t (aten::clone through the dispatcher, memory_format None).
+void boxed_maybe_undefined(StableIValue* stack, uint64_t, uint64_t) {
+  Tensor t = to<Tensor>(stack[0]);
+  int64_t which = to<int64_t>(stack[1]);
+  std::optional<Tensor> out;
+  if (which == 1) {
+    out = Tensor();
+  } else if (which != 0) {
+    StableIValue call[2] = {from(t), from(std::nullopt)};
+    SB_SHIM(aoti_torch_call_dispatcher("aten::clone", "", call));
+    out = to<Tensor>(call[0]);
+  }
+  stack[0] = from(out);
+}
+
+// undefined_via_dispatcher() -> (int, bool): an undefined tensor handed *to* an op through the
+// dispatcher, once as the value of a Tensor? (tensor_state) and once as a Tensor (is_defined).
+void boxed_undefined_via_dispatcher(StableIValue* stack, uint64_t, uint64_t) {
+  StableIValue as_optional[1] = {from(std::optional<Tensor>(Tensor()))};
+  SB_SHIM(aoti_torch_call_dispatcher("stable_basic::tensor_state", "", as_optional));
+  StableIValue as_tensor[1] = {from(Tensor())};
+  SB_SHIM(aoti_torch_call_dispatcher("stable_basic::is_defined", "", as_tensor));
+  stack[0] = as_optional[0];
+  stack[1] = as_tensor[0];
+}
+
 // feature_version() -> int: the TORCH_FEATURE_VERSION this binary was built for.
 void boxed_feature_version(StableIValue* stack, uint64_t, uint64_t) {
   stack[0] = from(static_cast<int64_t>(STABLE_BASIC_FEATURE_VERSION));
@@ -360,6 +427,43 @@ void boxed_fill_all_(StableIValue* stack, uint64_t, uint64_t num_outputs) {
   }
 }
 
+// ---- nested optionals: an optional inside a list, and that list itself optional ------
+
+// -1 for None, -2 for a value that is an undefined tensor, else the numel.
+int64_t numel_or_minus_one(const std::optional<Tensor>& t) {
+  if (!t.has_value()) return -1;
+  return t->defined() ? t->numel() : -2;
+}
+
+// optional_numels(Tensor?[] tensors) -> int[]: -1 for each None, else its numel.
+std::vector<int64_t> optional_numels(std::vector<std::optional<Tensor>> tensors) {
+  std::vector<int64_t> out;
+  for (const auto& t : tensors) out.push_back(numel_or_minus_one(t));
+  return out;
+}
+
+// nested_optional_numels(Tensor?[]? tensors) -> int[]?: None stays None (not an empty list).
+std::optional<std::vector<int64_t>> nested_optional_numels(
+    std::optional<std::vector<std::optional<Tensor>>> tensors) {
+  if (!tensors.has_value()) return std::nullopt;
+  return optional_numels(std::move(*tensors));
+}
+
+// optional_list_len(int[]? values) -> int: -1 for None, so None and [] stay distinct.
+int64_t optional_list_len(std::optional<std::vector<int64_t>> values) {
+  return values.has_value() ? static_cast<int64_t>(values->size()) : -1;
+}
+
+// keep_some(Tensor?[] tensors) -> Tensor?[]: a list of optionals as a return; None stays None.
+std::vector<std::optional<Tensor>> keep_some(std::vector<std::optional<Tensor>> tensors) {
+  return tensors;
+}
+
+// with_undefined(Tensor t) -> Tensor[]: an undefined tensor inside a returned list.
+std::vector<Tensor> with_undefined(Tensor t) {
+  return {t, Tensor()};
+}
+
 #endif  // STABLE_BASIC_HAS_2_10
 
 // ---- 2.11: from_blob with a deleter ----------------------------------------------
@@ -395,13 +499,15 @@ bool has_storage(Tensor t) {
 
 }  // namespace stable_basic
 
+// An op that returns its input or a view of it declares the alias (a), or (a -> *) for a list of
+// views: opcheck's schema check fails an undeclared one.
 STABLE_TORCH_LIBRARY(stable_basic, m) {
-  m.def("identity(Tensor t) -> Tensor");
+  m.def("identity(Tensor(a) t) -> Tensor(a)");
   m.def("add_scaled(Tensor a, Tensor b, float alpha=1.0) -> Tensor");
   m.def("fill_value_(Tensor(a!) t, float value) -> Tensor(a!)");
   m.def("reverse3(int a, float b, bool c) -> (bool, float, int)");
   m.def("abs_via_dispatcher(Tensor t) -> Tensor");
-  m.def("transpose_via_dispatcher(Tensor t, int d0, int d1) -> Tensor");
+  m.def("transpose_via_dispatcher(Tensor(a) t, int d0, int d1) -> Tensor(a)");
   m.def("checked_div(Tensor t, float divisor) -> Tensor");
   m.def("scale_or_clone(Tensor t, float? scale=None) -> Tensor");
   m.def("dtype_of(Tensor t) -> ScalarType");
@@ -412,6 +518,13 @@ STABLE_TORCH_LIBRARY(stable_basic, m) {
   m.def("maybe_fill_(Tensor(a!)? t, float value) -> ()");
   m.def("abs_twice(Tensor t) -> Tensor");
   m.def("square(Tensor t) -> Tensor");
+  m.def("echo_dtype(ScalarType dtype) -> ScalarType");
+  m.def("echo_optional_dtype(ScalarType? dtype=None) -> ScalarType?");
+  m.def("tensor_state(Tensor? t) -> int");
+  m.def("is_defined(Tensor t) -> bool");
+  m.def("undefined_tensor() -> Tensor");
+  m.def("maybe_undefined(Tensor t, int which) -> Tensor?");
+  m.def("undefined_via_dispatcher() -> (int, bool)");
 #ifdef STABLE_BASIC_HAS_2_10
   m.def("sum_dims(Tensor t, int[] dims, bool keepdim=False) -> Tensor");
   m.def("join_strings(str[] parts, str sep) -> str");
@@ -424,17 +537,22 @@ STABLE_TORCH_LIBRARY(stable_basic, m) {
   m.def("echo_memory_format(MemoryFormat memory_format) -> MemoryFormat");
   m.def("add_maybe(Tensor a, Tensor? b=None) -> Tensor");
   m.def("sum_maybe(Tensor t, int[]? dims=None) -> Tensor");
-  m.def("halves(Tensor t) -> Tensor[]");
+  m.def("halves(Tensor(a -> *) t) -> Tensor(a)[]");
   m.def("num_threads() -> int");
   m.def("parallel_sum(Tensor t) -> float");
   m.def("fill_all_(Tensor(a!)[] tensors, float value) -> ()");
+  m.def("optional_numels(Tensor?[] tensors) -> int[]");
+  m.def("nested_optional_numels(Tensor?[]? tensors) -> int[]?");
+  m.def("optional_list_len(int[]? values) -> int");
+  m.def("keep_some(Tensor(a)?[] tensors) -> Tensor(a)?[]");
+  m.def("with_undefined(Tensor(a -> *) t) -> Tensor(a)[]");
 #endif
 #ifdef STABLE_BASIC_HAS_2_11
   m.def("owned_arange(int n) -> Tensor");
   m.def("deleter_calls() -> int");
 #endif
 #ifdef STABLE_BASIC_HAS_2_12
-  m.def("tagged_identity(Tensor t) -> Tensor", {torch::headeronly::Tag::pt2_compliant_tag});
+  m.def("tagged_identity(Tensor(a) t) -> Tensor(a)", {torch::headeronly::Tag::pt2_compliant_tag});
 #endif
 #ifdef STABLE_BASIC_HAS_2_14
   m.def("has_storage(Tensor t) -> bool");
@@ -456,6 +574,13 @@ STABLE_TORCH_LIBRARY_IMPL(stable_basic, CompositeExplicitAutograd, m) {
   m.impl("narrow_view", &stable_basic::boxed_narrow_view);
   m.impl("maybe_fill_", &stable_basic::boxed_maybe_fill_);
   m.impl("abs_twice", &stable_basic::boxed_abs_twice);
+  m.impl("echo_dtype", &stable_basic::boxed_echo_dtype);
+  m.impl("echo_optional_dtype", &stable_basic::boxed_echo_optional_dtype);
+  m.impl("tensor_state", &stable_basic::boxed_tensor_state);
+  m.impl("is_defined", &stable_basic::boxed_is_defined);
+  m.impl("undefined_tensor", &stable_basic::boxed_undefined_tensor);
+  m.impl("maybe_undefined", &stable_basic::boxed_maybe_undefined);
+  m.impl("undefined_via_dispatcher", &stable_basic::boxed_undefined_via_dispatcher);
 #ifdef STABLE_BASIC_HAS_2_10
   m.impl("sum_dims", TORCH_BOX(&stable_basic::sum_dims));
   m.impl("join_strings", TORCH_BOX(&stable_basic::join_strings));
@@ -471,6 +596,11 @@ STABLE_TORCH_LIBRARY_IMPL(stable_basic, CompositeExplicitAutograd, m) {
   m.impl("num_threads", TORCH_BOX(&stable_basic::num_threads));
   m.impl("parallel_sum", TORCH_BOX(&stable_basic::parallel_sum));
   m.impl("fill_all_", &stable_basic::boxed_fill_all_);
+  m.impl("optional_numels", TORCH_BOX(&stable_basic::optional_numels));
+  m.impl("nested_optional_numels", TORCH_BOX(&stable_basic::nested_optional_numels));
+  m.impl("optional_list_len", TORCH_BOX(&stable_basic::optional_list_len));
+  m.impl("keep_some", TORCH_BOX(&stable_basic::keep_some));
+  m.impl("with_undefined", TORCH_BOX(&stable_basic::with_undefined));
 #endif
 #ifdef STABLE_BASIC_HAS_2_11
   m.impl("owned_arange", TORCH_BOX(&stable_basic::owned_arange));
