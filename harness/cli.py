@@ -7,6 +7,7 @@ import collections
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -473,10 +474,17 @@ def cmd_audit_guards(args: argparse.Namespace) -> int:
     return code
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     level = {0: logging.WARNING, 1: logging.INFO}.get(args.verbose, logging.DEBUG)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    # A CI job that is cancelled gets SIGTERM: stop like on Ctrl-C, so cells and containers are
+    # killed and the report is still written.
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         commands = {
             "run": cmd_run,

@@ -41,8 +41,11 @@ class Engine:
         return "nvidia" in self.runtimes
 
 
-def connect(timeout: float = 30.0) -> Engine:
-    """The engine named by DOCKER_HOST (or the default socket), checked with a ping and a version query."""
+def connect(timeout: float = 900.0) -> Engine:
+    """The engine named by DOCKER_HOST (or the default socket), checked with a ping and a version query.
+
+    timeout bounds every API call; committing a baked image of several GB can take minutes.
+    """
     address = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
     if address.startswith("unix://") and not Path(address.removeprefix("unix://")).exists():
         raise EngineError(f"no Docker engine answers at {address}: there is no such socket; {START_HINT}")

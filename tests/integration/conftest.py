@@ -7,6 +7,7 @@ shared), so a second test run costs seconds; reports go to a temporary directory
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -44,6 +45,19 @@ def harness(*args: str | Path, cwd: Path, timeout: float = 3000) -> subprocess.C
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         timeout=timeout,
+    )
+
+
+def start_harness(*args: str | Path, cwd: Path) -> subprocess.Popen[str]:
+    """The harness in the background, with SIGINT at its default even when this test run ignores it
+    (a shell's background job does): Python then turns it into KeyboardInterrupt, as for a user."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "harness", *map(str, args)],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 

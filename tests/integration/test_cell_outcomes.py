@@ -3,13 +3,11 @@
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import cells_by_id, harness, latest_results, make_extension
+from conftest import cells_by_id, harness, latest_results, make_extension, start_harness
 
 
 @pytest.fixture(scope="module")
@@ -92,13 +90,7 @@ def test_each_failure_mode_is_classified_and_the_run_completes(workspace: Path) 
 
 
 def test_an_interrupted_run_kills_its_cells_and_still_writes_the_report(workspace: Path) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "harness", "run", "-k", "hangs", "--reports-dir", "interrupted"],
-        cwd=workspace,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = start_harness("run", "-k", "hangs", "--reports-dir", "interrupted", cwd=workspace)
     probes = workspace / "interrupted"
     deadline = time.monotonic() + 600
     probe: Path | None = None

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import cells_by_id, harness, harness_containers, latest_results, make_extension
+from conftest import cells_by_id, harness, harness_containers, latest_results, make_extension, start_harness
 
 pytestmark = pytest.mark.docker
 
@@ -173,14 +173,9 @@ def test_same_cells_and_statuses_as_the_venv_backend_and_nothing_left_running(
     assert harness_containers(docker_host) == []  # crashed and timed-out cells included
 
 
-def test_an_interrupted_docker_run_removes_its_containers(workspace: Path, docker_host: str) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "harness", "run", "--backend", "docker", "-k", "hangs", "--reports-dir", "stopped"],
-        cwd=workspace,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+def test_a_cancelled_docker_run_removes_its_containers(workspace: Path, docker_host: str) -> None:
+    """SIGTERM (what a CI runner sends a cancelled job) stops the run as Ctrl-C does."""
+    proc = start_harness("run", "--backend", "docker", "-k", "hangs", "--reports-dir", "stopped", cwd=workspace)
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and proc.poll() is None:
         found = list((workspace / "stopped").glob("*/cells/*/probe.json"))
@@ -191,7 +186,7 @@ def test_an_interrupted_docker_run_removes_its_containers(workspace: Path, docke
         proc.kill()
         raise AssertionError(f"the hanging cell never started:\n{proc.communicate()[0]}")
     assert harness_containers(docker_host) != []
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 3, out
     (cell,) = latest_results(workspace / "stopped")["cells"]
