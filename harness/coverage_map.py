@@ -69,12 +69,20 @@ CHECKLIST: dict[str, list[str]] = {
         "schema.ScalarType?",
         "dispatch.CPU",
         "dispatch.Meta",
+        "dispatch.CUDA",
         "dispatch.CompositeExplicitAutograd",
         "dispatch.CompositeImplicitAutograd",
         "opcheck",
         "opcheck.every_op",
         "parity.eager",
         "parity.dtype_matrix",
+    ],
+    "CUDA and devices": [
+        "device.parametrized",
+        "cuda.kernel",
+        "cuda.device_guard",
+        "cuda.current_stream",
+        "cuda.stream_pool",
     ],
 }
 REPO = Path(__file__).resolve().parents[1]
