@@ -48,12 +48,20 @@ class BuildResult:
 
 
 def compiler_identity() -> str:
-    cxx = os.environ.get("CXX", "c++")
-    try:
-        out = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30).stdout
-    except OSError:
-        return f"{cxx}: not found"
-    return out.splitlines()[0] if out else cxx
+    """The C++ compiler and the CUDA toolkit (nvcc, CUDA_HOME): part of every build's cache key, so a
+    build that failed for want of a toolkit is tried again once one is installed."""
+    parts = []
+    for tool, pick in ((os.environ.get("CXX", "c++"), 0), ("nvcc", -1)):
+        try:
+            out = subprocess.run([tool, "--version"], capture_output=True, text=True, timeout=30).stdout
+        except OSError:
+            parts.append(f"{tool}: not found")
+            continue
+        lines = out.strip().splitlines()
+        parts.append(lines[pick] if lines else tool)
+    if os.environ.get("CUDA_HOME"):
+        parts.append(f"CUDA_HOME={os.environ['CUDA_HOME']}")
+    return "; ".join(parts)
 
 
 def source_digest(root: Path, exclude: Path) -> str:
