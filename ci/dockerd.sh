@@ -15,8 +15,10 @@ start)
     echo "export DOCKER_HOST=$sock DOCKERD_PID=$(cat "$root/dockerd.pid")"
     exit 0
   fi
+  # Its own containerd namespaces too, should a system containerd be running beside it.
   dockerd --bridge=none --iptables=false --ip6tables=false --ip-masq=false \
     --data-root="$root/data" --exec-root="$root/exec" --pidfile="$root/dockerd.pid" \
+    --containerd-namespace=harness --containerd-plugins-namespace=harness-plugins \
     --host="$sock" >"$root/dockerd.log" 2>&1 &
   pid=$!
   for _ in $(seq 1 120); do
@@ -27,6 +29,7 @@ start)
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.5
   done
+  kill "$pid" 2>/dev/null || true
   echo "dockerd did not start; its log ($root/dockerd.log) ends with:" >&2
   tail -20 "$root/dockerd.log" >&2
   exit 1

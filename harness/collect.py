@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import signal
+import stat
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -85,10 +87,27 @@ class Outcome:
         return doc_differences(self.probe)
 
 
-def read_junit(path: Path) -> JunitReport | None:
+def read_untrusted(path: Path, limit: int = 64 * 2**20) -> bytes | None:
+    """A file a cell wrote, read only if it is a regular file (no symlink, FIFO or device) and not huge:
+    the extension under test may have planted anything under that name."""
     try:
-        root = ET.parse(path).getroot()
-    except (OSError, ET.ParseError):
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+            return None
+        return handle.read(limit)
+
+
+def read_junit(path: Path) -> JunitReport | None:
+    data = read_untrusted(path)
+    if data is None:
+        return None
+    try:
+        root = ET.fromstring(data)
+    except ET.ParseError:
         return None
     passed = failed = skipped = errors = 0
     failing: list[str] = []
@@ -112,9 +131,10 @@ def read_junit(path: Path) -> JunitReport | None:
 
 
 def read_probe(path: Path) -> dict[str, Any] | None:
+    raw = read_untrusted(path)
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        data = json.loads(raw) if raw is not None else None
+    except ValueError:
         return None
     return data if isinstance(data, dict) else None
 
@@ -142,6 +162,8 @@ def classify(execution: CellExecution, timeout: float, expected_site: Path | Non
     def outcome(status: Status, reason: str, **extra: Any) -> Outcome:
         return Outcome(status, reason, counts, failing, probe=probe, tests_seconds=tests_seconds, **extra)
 
+    if execution.error:
+        return outcome(Status.ERROR, execution.error)
     if execution.timed_out:
         return outcome(Status.TIMEOUT, f"no result after {timeout:.0f} s, killed {_where(probe)}")
     code = execution.returncode

@@ -177,8 +177,11 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
         spec = RuntimeSpec(
             torch or Version("0"), item.get("variant", "auto"), item.get("device", "cpu"), item.get("image")
         )
-        if spec in runtimes:
-            problems.append(f"{doc.where(('runtimes', index))}: duplicate runtime {item!r}")
+        if any((r.torch, r.variant, r.device) == (spec.torch, spec.variant, spec.device) for r in runtimes):
+            problems.append(
+                f"{doc.where(('runtimes', index))}: duplicate runtime {item!r} (torch, variant and device "
+                "make a runtime's id; two images of one release need two matrix files)"
+            )
         runtimes.append(spec)
 
     python = data.get("python", DEFAULT_PYTHON)

@@ -265,7 +265,9 @@ class Pipeline:
                     run_dir,
                 ),
             )
-        (out / "result.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
+        target = out / "result.json"
+        target.unlink(missing_ok=True)  # never write through a link a cell may have planted
+        target.write_text(json.dumps(result.to_json(), indent=2) + "\n")
         return result
 
     def unrun(

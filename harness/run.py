@@ -53,6 +53,7 @@ class CellExecution:
     junit: Path
     probe: Path
     site: Path | None = None  # the unpacked wheel as the runtime sees it (a container sees its mount point)
+    error: str | None = None  # the backend itself failed this cell (e.g. the docker engine): an ERROR
 
     @classmethod
     def in_dir(

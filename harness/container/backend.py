@@ -15,6 +15,7 @@ import logging
 import os
 import shlex
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Any
 import docker.errors
 import requests.exceptions
 from docker.models.containers import Container
-from docker.types import DeviceRequest
+from docker.types import DeviceRequest, LogConfig, Mount, Ulimit
 
 from harness.config import DockerSettings
 from harness.container import images
@@ -68,10 +69,10 @@ class DockerBackend:
 
     def prepare(self, runtimes: dict[Runtime, Env]) -> None:
         """Every runtime's image ready (made, baked or pulled) before the first cell starts."""
-        remove_stale_containers(self.engine)
-        needs_base = any(r.image is None for r in runtimes)
-        base = images.ensure_base(self.engine, self.cache_dir, self.options.base_image, self.options.debian_mirror)
-        if needs_base:
+        remove_stale_containers(self.engine, self.keep_containers)
+        base = ""
+        if any(r.image is None for r in runtimes):
+            base = images.ensure_base(self.engine, self.cache_dir, self.options.base_image, self.options.debian_mirror)
             check_python(self.engine, base, {env.spec.python for r, env in runtimes.items() if r.image is None})
         for runtime, env in runtimes.items():
             started = time.monotonic()
@@ -93,6 +94,10 @@ class DockerBackend:
         out = request.out_dir
         assert request.build.site is not None, "cells run only for builds that produced a wheel"
         image = self.images[request.cell.runtime]
+        # The container writes only into a fresh subdirectory; the harness's own files (logs,
+        # command.txt, result.json) live beside it, where the container cannot plant a symlink.
+        work = out / "container"
+        work.mkdir()
         mounts = {
             request.build.site: SITE,
             request.cell.build.extension.tests: TESTS,
@@ -105,7 +110,7 @@ class DockerBackend:
         if image.needs_tools and self._tools is not None:
             mounts[self._tools] = TOOLS
             path.append(TOOLS)
-        config, host_tests = cell_config(request), request.cell.build.extension.tests
+        config, host_tests = cell_config(dataclasses.replace(request, out_dir=work)), request.cell.build.extension.tests
         config_inside = (
             TESTS / config.relative_to(host_tests) if config.is_relative_to(host_tests) else OUT / config.name
         )
@@ -126,19 +131,28 @@ class DockerBackend:
             "HARNESS_CELL_ID": request.cell.id,
         }
         argv = pytest_argv(image.python, TESTS, OUT, config_inside)
-        kwargs = self.container_kwargs(request, image, mounts, environ)
+        kwargs = self.container_kwargs(request, image, mounts, work, environ)
         (out / "command.txt").write_text(docker_run_line(image.name, argv, kwargs) + "\n")
-        owner = _hand_to_cell_user(out)
+        owner = _hand_to_cell_user(work)
         try:
-            return self._run(image.name, argv, kwargs, out, request.timeout)
+            return self._run(image.name, argv, kwargs, out, work, request.timeout)
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            # The engine failed this cell (disk full, engine restarted...): an ERROR cell, and the run goes on.
+            log.warning("%s: the docker engine failed: %s", request.cell.id, exc)
+            return _failed(out, work, f"the docker engine failed: {str(exc).strip().splitlines()[0]}")
         finally:
-            _hand_back(out, owner)
+            _hand_back(work, owner)
 
     def container_kwargs(
-        self, request: CellRequest, image: images.RuntimeImage, mounts: dict[Path, Path], environ: dict[str, str]
+        self,
+        request: CellRequest,
+        image: images.RuntimeImage,
+        mounts: dict[Path, Path],
+        work: Path,
+        environ: dict[str, str],
     ) -> dict[str, Any]:
-        volumes = {str(host): {"bind": str(inside), "mode": "ro"} for host, inside in mounts.items()}
-        volumes[str(request.out_dir)] = {"bind": str(OUT), "mode": "rw"}
+        binds = [Mount(str(inside), str(host), type="bind", read_only=True) for host, inside in mounts.items()]
+        binds.append(Mount(str(OUT), str(work), type="bind", read_only=False))
         kwargs: dict[str, Any] = {
             "network_mode": "none",
             "read_only": True,
@@ -153,20 +167,21 @@ class DockerBackend:
             "ipc_mode": "private",
             "working_dir": str(OUT),
             "environment": environ,
-            "volumes": volumes,
-            "labels": {f"{LABEL}.cell": request.cell.id, f"{LABEL}.pid": str(os.getpid())},
+            "mounts": binds,
+            "ulimits": [Ulimit(name="core", soft=0, hard=0)],  # a crash leaves no multi-GB core behind
+            "log_config": LogConfig(type="json-file", config={"max-size": "64m", "max-file": "1"}),
+            "labels": owner_labels() | {f"{LABEL}.cell": request.cell.id},
         }
         if request.cell.runtime.device == "cuda":
             kwargs["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
         return kwargs
 
-    def _run(self, image: str, argv: list[str], kwargs: dict[str, Any], out: Path, timeout: float) -> CellExecution:
+    def _run(
+        self, image: str, argv: list[str], kwargs: dict[str, Any], out: Path, work: Path, timeout: float
+    ) -> CellExecution:
         stdout, stderr = out / "stdout.log", out / "stderr.log"
         launched_at, started = time.time(), time.monotonic()
-        try:
-            container = self.engine.client.containers.create(image, argv, **kwargs)
-        except docker.errors.APIError as exc:
-            raise EngineError(f"docker could not create the cell's container from {image}: {exc}") from exc
+        container = self.engine.client.containers.create(image, argv, **kwargs)
         with self._lock:
             self._active[str(container.id)] = container
         timed_out, returncode = False, None
@@ -176,17 +191,26 @@ class DockerBackend:
             try:
                 container.start()
             except docker.errors.APIError as exc:
-                if "device_requests" in kwargs and "device driver" in str(exc):  # no NVIDIA container toolkit
-                    return _skipped(out, f"no GPU: the Docker engine cannot give containers one ({exc.explanation})")
-                raise EngineError(f"docker could not start the cell's container from {image}: {exc}") from exc
+                if "device_requests" in kwargs:  # no NVIDIA toolkit, no driver, no device...
+                    return _skipped(
+                        out, work, f"no GPU: the Docker engine cannot give containers one ({exc.explanation})"
+                    )
+                raise
+            if self._stopping.is_set():  # stop_all ran between the check above and the start
+                _kill(container)
+                raise KeyboardInterrupt
             try:
                 returncode = _exit_code(container.wait(timeout=timeout)["StatusCode"])
-            except requests.exceptions.RequestException:  # the wait timed out
+            except requests.exceptions.RequestException:  # the wait ran out (over a unix socket: a ConnectionError)
+                # Were the engine gone instead, the wait below fails too: the cell becomes an ERROR.
                 timed_out = True
                 _kill(container)
                 container.wait(timeout=60)
-            stdout.write_bytes(container.logs(stdout=True, stderr=False))
-            stderr.write_bytes(container.logs(stdout=False, stderr=True))
+            with open(stdout, "wb") as out_f, open(stderr, "wb") as err_f:
+                for chunk in container.logs(stdout=True, stderr=False, stream=True):
+                    out_f.write(chunk)
+                for chunk in container.logs(stdout=False, stderr=True, stream=True):
+                    err_f.write(chunk)
             container.reload()
             if container.attrs["State"].get("OOMKilled"):
                 with open(stderr, "a") as handle:
@@ -194,13 +218,8 @@ class DockerBackend:
         finally:
             with self._lock:
                 self._active.pop(str(container.id), None)
-            if self.keep_containers:
-                _kill(container)
-                log.warning("kept container %s (%s)", container.short_id, kwargs["labels"][f"{LABEL}.cell"])
-            else:
-                container.remove(force=True)
-        execution = CellExecution.in_dir(out, returncode, timed_out, launched_at, time.monotonic() - started)
-        return dataclasses.replace(execution, site=SITE)
+            _dispose(container, self.keep_containers, kwargs["labels"][f"{LABEL}.cell"])
+        return _execution(out, work, returncode, timed_out, launched_at, time.monotonic() - started)
 
     def stop_all(self) -> None:
         """Kill every running cell container, and any about to start (an interrupted run leaves nothing)."""
@@ -228,42 +247,95 @@ def _exit_code(status: int) -> int:
 def _kill(container: Container) -> None:
     try:
         container.kill()
-    except docker.errors.APIError:
-        pass  # it already stopped
+    except (docker.errors.DockerException, requests.exceptions.RequestException):
+        pass  # it already stopped, or the engine is gone (and the container with it)
 
 
-def _skipped(out: Path, reason: str) -> CellExecution:
-    execution = CellExecution.in_dir(out, SKIP_EXIT, False, time.time(), 0.0)
+def _dispose(container: Container, keep: bool, cell: str) -> None:
+    """Remove the cell's container (or, debugging, stop and keep it); never hide the cell's own outcome."""
+    try:
+        if keep:
+            _kill(container)
+            log.warning("kept container %s (%s)", container.short_id, cell)
+        else:
+            container.remove(force=True)
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        log.warning("could not remove container %s (%s): %s", container.short_id, cell, exc)
+
+
+def _execution(
+    out: Path, work: Path, returncode: int | None, timed_out: bool, launched_at: float, seconds: float
+) -> CellExecution:
+    """The standard execution files: logs written by the harness in out, junit and probe from the container's dir."""
+    execution = CellExecution.in_dir(out, returncode, timed_out, launched_at, seconds)
+    return dataclasses.replace(execution, junit=work / "junit.xml", probe=work / "probe.json", site=SITE)
+
+
+def _skipped(out: Path, work: Path, reason: str) -> CellExecution:
+    execution = _execution(out, work, SKIP_EXIT, False, time.time(), 0.0)
     execution.probe.write_text(json.dumps({"phase": "skipped", "skip_reason": reason}) + "\n")
     execution.stdout.write_text("")
     execution.stderr.write_text(reason + "\n")
     return execution
 
 
-def _hand_to_cell_user(out: Path) -> tuple[int, int] | None:
-    """As root, give the output directory to the unprivileged cell user; returns the owner to restore."""
+def _failed(out: Path, work: Path, reason: str) -> CellExecution:
+    execution = dataclasses.replace(_execution(out, work, None, False, time.time(), 0.0), error=reason)
+    execution.stdout.touch()
+    execution.stderr.write_text(reason + "\n")
+    return execution
+
+
+def _hand_to_cell_user(work: Path) -> tuple[int, int] | None:
+    """As root, give the container's directory to the unprivileged cell user; returns the owner to restore."""
     if os.geteuid() != 0:
         return None
-    stat = out.stat()
-    for path in (out, *out.rglob("*")):
-        os.chown(path, CELL_UID, CELL_UID, follow_symlinks=False)
+    stat = work.stat()
+    _chown_tree(work, CELL_UID, CELL_UID)
     return stat.st_uid, stat.st_gid
 
 
-def _hand_back(out: Path, owner: tuple[int, int] | None) -> None:
-    if owner is None:
+def _hand_back(work: Path, owner: tuple[int, int] | None) -> None:
+    if owner is not None:
+        _chown_tree(work, *owner)
+
+
+def _chown_tree(top: Path, uid: int, gid: int) -> None:
+    """chown without following links, entry by entry; what cannot be changed is logged, not fatal."""
+    os.chown(top, uid, gid, follow_symlinks=False)
+    for dirpath, dirnames, filenames, dir_fd in os.fwalk(top, follow_symlinks=False):
+        for name in (*dirnames, *filenames):
+            try:
+                os.chown(name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)
+            except OSError as exc:
+                log.warning("could not chown %s/%s: %s", dirpath, name, exc)
+
+
+def owner_labels() -> dict[str, str]:
+    """Which harness process made a container: its host, pid namespace and pid."""
+    try:
+        pidns = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        pidns = "?"
+    return {f"{LABEL}.host": socket.gethostname(), f"{LABEL}.pidns": pidns, f"{LABEL}.pid": str(os.getpid())}
+
+
+def remove_stale_containers(engine: Engine, keep: bool = False) -> None:
+    """Cell containers left by a dead harness process of this host and pid namespace (killed with no
+    chance to clean up). Containers of other hosts or namespaces, and kept ones, are left alone."""
+    if keep:
         return
-    for path in (out, *out.rglob("*")):
-        os.chown(path, *owner, follow_symlinks=False)
-
-
-def remove_stale_containers(engine: Engine) -> None:
-    """Containers left by a harness process that no longer exists (killed with no chance to clean up)."""
-    for container in engine.client.containers.list(all=True, filters={"label": f"{LABEL}.pid"}):
-        pid = int(container.labels.get(f"{LABEL}.pid", "0") or 0)
-        if pid and not _alive(pid):
+    mine = owner_labels()
+    for container in engine.client.containers.list(all=True, filters={"label": f"{LABEL}.cell"}):
+        labels = container.labels
+        same_place = all(labels.get(k) == mine[k] for k in (f"{LABEL}.host", f"{LABEL}.pidns"))
+        pid = int(labels.get(f"{LABEL}.pid", "0") or 0)
+        if same_place and pid and not _alive(pid):
             log.warning("removing container %s left by harness process %d", container.short_id, pid)
-            container.remove(force=True)
+            try:
+                container.remove(force=True)
+            except docker.errors.NotFound:
+                pass
 
 
 def _alive(pid: int) -> bool:
@@ -277,16 +349,27 @@ def _alive(pid: int) -> bool:
 
 
 def _probe(engine: Engine, image: str, code: str) -> dict[str, Any]:
-    """Run a few lines of Python in image (no network, removed after) and return the JSON they print."""
+    """Run a few lines of Python in image (no network, always removed) and return the JSON they print."""
+    container = None
     try:
-        output = engine.client.containers.run(
-            image, ["python3", "-c", code], network_mode="none", remove=True, stdout=True, stderr=True
+        container = engine.client.containers.create(
+            image, ["python3", "-c", code], network_mode="none", labels=owner_labels() | {f"{LABEL}.role": "probe"}
         )
-    except docker.errors.ContainerError as exc:
-        raise BadInputError(f"image {image}: python3 failed: {exc.stderr!r}") from exc
-    except docker.errors.APIError as exc:
+        container.start()
+        status = container.wait(timeout=300).get("StatusCode")
+        stdout = container.logs(stdout=True, stderr=False).decode(errors="replace")
+        stderr = container.logs(stdout=False, stderr=True).decode(errors="replace")
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
         raise EngineError(f"image {image}: could not run python3 in it: {exc}") from exc
-    result: dict[str, Any] = json.loads(output.decode().strip().splitlines()[-1])
+    finally:
+        if container is not None:
+            _dispose(container, False, "probe")
+    try:
+        if status != 0:
+            raise ValueError(f"exit {status}: {stderr.strip()[-500:]}")
+        result: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError) as exc:
+        raise BadInputError(f"image {image}: python3 -c {code!r} did not print its answer ({exc})") from exc
     return result
 
 
@@ -318,12 +401,16 @@ def docker_run_line(image: str, argv: list[str], kwargs: dict[str, Any]) -> str:
         "--security-opt=no-new-privileges",
         f"--memory={kwargs['mem_limit']}",
         f"--pids-limit={kwargs['pids_limit']}",
+        f"--memory-swap={kwargs['memswap_limit']}",
+        "--ulimit=core=0",
+        "--log-opt=max-size=64m",
     ]
     parts += [f"--ipc={kwargs['ipc_mode']}", f"--workdir={kwargs['working_dir']}"]
     if "device_requests" in kwargs:
         parts.append("--gpus=all")
-    for host, mount in kwargs["volumes"].items():
-        parts.append(f"--volume={host}:{mount['bind']}:{mount['mode']}")
+    for mount in kwargs["mounts"]:
+        readonly = ",readonly" if mount["ReadOnly"] else ""
+        parts.append(f"--mount=type=bind,source={mount['Source']},target={mount['Target']}{readonly}")
     for key, value in sorted(kwargs["environment"].items()):
         parts.append(f"--env={key}={value}")
     return shlex.join([*parts, image, *argv])

@@ -27,7 +27,7 @@ from docker.types import Mount
 from harness import commands
 from harness.container.engine import LABEL, Engine, EngineError
 from harness.envs import Env, locked
-from harness.errors import BadInputError, CommandError
+from harness.errors import CommandError
 from harness.sources import ResolvedSources, uv_binary
 
 log = logging.getLogger(__name__)
@@ -42,6 +42,7 @@ DEFAULT_MIRROR = "http://deb.debian.org/debian"
 BASE_EXCLUDES = ("./usr/share/doc", "./usr/share/man", "./usr/share/info", "./usr/share/locale", "./var/lib/apt/lists")
 BAKED_PYTHON = "/opt/torch/bin/python"
 PYTEST_TOOLS = ("pytest>=8",)
+BAKED_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "linux_x86_64")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,9 +135,9 @@ def ensure_named(engine: Engine, name: str, where: str) -> RuntimeImage:
         try:
             image = engine.client.images.pull(name)
         except docker.errors.DockerException as exc:
-            raise BadInputError(
+            raise EngineError(
                 f"{where}: image {name!r} is not in the engine and could not be pulled ({str(exc).strip()}); "
-                "pull or `docker load` it first, or remove the setting"
+                "check the name, pull or `docker load` it first, or remove the setting"
             ) from exc
     return RuntimeImage(name, "image", "python3", None, True, size_bytes=image.attrs.get("Size"))
 
@@ -159,14 +160,14 @@ def ensure_baked(engine: Engine, base: str, env: Env, sources: ResolvedSources, 
         image = _find(engine, name)
         if image is not None:
             return RuntimeImage(name, "baked", BAKED_PYTHON, None, False, size_bytes=image.attrs.get("Size"))
-        seconds = _bake(engine, base, name, key, pins, sources, work)
+        seconds = _bake(engine, base, name, key, env, pins, sources, work)
         image = _find(engine, name)
         assert image is not None
         return RuntimeImage(name, "baked", BAKED_PYTHON, None, False, seconds, image.attrs.get("Size"))
 
 
 def _bake(
-    engine: Engine, base: str, name: str, key: str, pins: list[str], sources: ResolvedSources, work: Path
+    engine: Engine, base: str, name: str, key: str, env: Env, pins: list[str], sources: ResolvedSources, work: Path
 ) -> float:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(dir=work, prefix="wheelhouse-") as wheelhouse:
@@ -183,6 +184,10 @@ def _bake(
                 "--quiet",
                 "--no-deps",
                 "--only-binary=:all:",
+                # Wheels for the image's interpreter (bookworm's cp311), whatever runs the harness.
+                f"--python-version={env.spec.python}",
+                "--implementation=cp",
+                *(f"--platform={tag}" for tag in BAKED_PLATFORMS),
                 "--dest",
                 house,
                 *sources.pip_args(),
@@ -198,10 +203,9 @@ def _bake(
             f"--find-links /mnt/wheels --python {BAKED_PYTHON} -r /mnt/wheels/requirements.txt && "
             f"{BAKED_PYTHON} -c 'import torch, pytest'"
         )
-        container = engine.client.containers.run(
+        container = engine.client.containers.create(
             base,
             ["/bin/sh", "-c", script],
-            detach=True,
             network_mode="none",
             # Mounts, not volumes: a volume would be declared in the committed image's config.
             mounts=[
@@ -211,6 +215,7 @@ def _bake(
             labels={f"{LABEL}.role": "bake", f"{LABEL}.pid": str(os.getpid())},
         )
         try:
+            container.start()
             status = container.wait(timeout=3600)
             if status.get("StatusCode") != 0:
                 output = container.logs().decode(errors="replace")

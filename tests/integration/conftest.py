@@ -196,6 +196,8 @@ def docker_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 f"--data-root={root}/data",
                 f"--exec-root={root}/exec",
                 f"--pidfile={root}/dockerd.pid",
+                "--containerd-namespace=harness-tests",
+                "--containerd-plugins-namespace=harness-tests-plugins",
                 f"--host={host}",
             ],
             stdout=log,

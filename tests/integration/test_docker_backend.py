@@ -72,6 +72,15 @@ def test_the_output_dir_and_tmp_are_writable():
     assert writable(OUT) and writable(tempfile.gettempdir())
 
 
+def test_plant_symlinks_for_the_harness_to_follow():
+    # Names the harness writes or reads after the cell; the host must never follow them.
+    for name in ("stdout.log", "stderr.log", "command.txt", "result.json"):
+        try:
+            os.symlink("@PLANTED@", OUT / name)
+        except OSError:
+            pass  # the name exists already (the venv backend writes its logs there while the cell runs)
+
+
 def test_unprivileged():
     status = pathlib.Path("/proc/self/status").read_text()
     assert os.geteuid() != 0
@@ -115,7 +124,9 @@ def test_answer_is_42():
 def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Built on 2.13.0 for target 2.10, run on 2.13.0 and on 2.15.0: cross-version cells in containers."""
     root = tmp_path_factory.mktemp("docker")
-    for name, tests in (("escape", ESCAPE_TESTS), ("fails", FAILS), ("crashes", CRASHES), ("hangs", HANGS)):
+    planted = root / "planted-by-the-extension"
+    escape_tests = ESCAPE_TESTS.replace("@PLANTED@", str(planted))
+    for name, tests in (("escape", escape_tests), ("fails", FAILS), ("crashes", CRASHES), ("hangs", HANGS)):
         make_extension(root / "extensions", name, tests)
     (root / "extensions" / "hangs" / "extension.yaml").write_text(
         "name: hangs\nmodule: hangs\nmin_target: '2.10'\nrecipe: pep517\ntests: tests\nexpect: TIMEOUT\ntimeout: 15\n"
@@ -140,8 +151,9 @@ def statuses(reports: Path) -> dict[str, str]:
 def test_same_cells_and_statuses_as_the_venv_backend_and_nothing_left_running(
     workspace: Path, docker_host: str
 ) -> None:
-    venv = harness("run", "--reports-dir", "venv", cwd=workspace)
     docker = harness("run", "--backend", "docker", "--reports-dir", "docker", cwd=workspace)
+    venv = harness("run", "--reports-dir", "venv", cwd=workspace)
+    assert not (workspace / "planted-by-the-extension").exists()  # no host write followed a planted link
     assert docker.returncode == 1, docker.stdout  # `fails` breaks its promise, in both backends
     assert venv.returncode == 1, venv.stdout
     in_venv, in_docker = statuses(workspace / "venv"), statuses(workspace / "docker")
@@ -157,7 +169,7 @@ def test_same_cells_and_statuses_as_the_venv_backend_and_nothing_left_running(
     # The isolation suite passes in a container and fails on the host: its checks have teeth.
     docker_cells = cells_by_id(latest_results(workspace / "docker"))
     for cell_id in escape:
-        assert (in_docker[cell_id], docker_cells[cell_id]["reason"]) == ("PASS", "12 passed"), cell_id
+        assert (in_docker[cell_id], docker_cells[cell_id]["reason"]) == ("PASS", "13 passed"), cell_id
     venv_cell = cells_by_id(latest_results(workspace / "venv"))["escape@b2.13.0-t2.10~r2.15.0-cpu"]
     assert venv_cell["status"] == "TEST_FAILED"
     assert "test_escape::test_unprivileged" in venv_cell["failing_tests"]
@@ -178,7 +190,7 @@ def test_a_cancelled_docker_run_removes_its_containers(workspace: Path, docker_h
     proc = start_harness("run", "--backend", "docker", "-k", "hangs", "--reports-dir", "stopped", cwd=workspace)
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and proc.poll() is None:
-        found = list((workspace / "stopped").glob("*/cells/*/probe.json"))
+        found = list((workspace / "stopped").glob("*/cells/*/container/probe.json"))
         if found and '"phase": "tests"' in found[0].read_text():
             break
         time.sleep(0.2)

@@ -1,11 +1,12 @@
 """Classification from the files a cell leaves behind, on small real fixtures (no torch)."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
-from harness.collect import classify, read_junit
+from harness.collect import classify, read_junit, read_probe, read_untrusted
 from harness.run import CellExecution
 from harness.verdict import Status
 
@@ -133,3 +134,14 @@ def test_extension_imported_from_outside_the_wheel_is_an_error(tmp_path: Path) -
 def test_unreadable_junit_is_none(tmp_path: Path, text: str) -> None:
     (tmp_path / "j.xml").write_text(text)
     assert read_junit(tmp_path / "j.xml") is None
+
+
+def test_files_a_cell_planted_are_not_followed(tmp_path: Path) -> None:
+    secret = tmp_path / "secret.json"
+    secret.write_text('{"phase": "finished"}')
+    (tmp_path / "probe.json").symlink_to(secret)
+    os.mkfifo(tmp_path / "junit.xml")  # reading a FIFO would hang the harness
+    assert read_probe(tmp_path / "probe.json") is None
+    assert read_junit(tmp_path / "junit.xml") is None
+    assert read_untrusted(secret) == b'{"phase": "finished"}'
+    assert read_untrusted(secret, limit=4) is None  # larger than the limit

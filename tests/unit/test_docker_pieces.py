@@ -6,6 +6,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from docker.types import Mount
 
 from harness.config import DockerSettings, load_matrix, with_overrides
 from harness.container.backend import _exit_code, docker_run_line
@@ -85,10 +86,14 @@ def test_the_reproduce_line_carries_every_hardening_flag() -> None:
         "tmpfs": {"/tmp": "rw,nosuid,nodev,size=2g"},
         "user": "10001:10001",
         "mem_limit": "8g",
+        "memswap_limit": "8g",
         "pids_limit": 4096,
         "ipc_mode": "private",
         "working_dir": "/opt/harness/out",
-        "volumes": {"/host/site": {"bind": "/opt/harness/site", "mode": "ro"}},
+        "mounts": [
+            Mount("/opt/harness/site", "/host/site", type="bind", read_only=True),
+            Mount("/opt/harness/out", "/host/out dir", type="bind", read_only=False),
+        ],
         "environment": {"HARNESS_DEVICE": "cuda"},
         "device_requests": ["all"],
     }
@@ -102,10 +107,13 @@ def test_the_reproduce_line_carries_every_hardening_flag() -> None:
         "--memory=8g",
         "--pids-limit=4096",
         "--gpus=all",
-        "--volume=/host/site:/opt/harness/site:ro",
+        "--mount=type=bind,source=/host/site,target=/opt/harness/site,readonly",
+        "--memory-swap=8g",
+        "--ulimit=core=0",
         "--env=HARNESS_DEVICE=cuda",
     ):
         assert flag in line.split()
+    assert "'--mount=type=bind,source=/host/out dir,target=/opt/harness/out'" in line  # quoted, writable
     assert line.endswith("img:tag python3 -m pytest")
 
 
