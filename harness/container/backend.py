@@ -63,7 +63,6 @@ class DockerBackend:
         self._active: dict[str, Container] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
-        self._tools: Path | None = None
 
     # ---- before any cell -------------------------------------------------------------
 
@@ -78,13 +77,12 @@ class DockerBackend:
             started = time.monotonic()
             if runtime.image is not None:
                 image = images.ensure_named(self.engine, runtime.image, f"runtime {runtime.id}: image")
-                check_torch(self.engine, image, env.torch_version, runtime.id)
-                if self._tools is None:
-                    self._tools = images.ensure_pytest_tools(self.cache_dir)
+                python = check_torch(self.engine, image, env.torch_version, runtime.id)
+                image = dataclasses.replace(image, tools=images.ensure_pytest_tools(self.cache_dir, python))
             elif self.options.route == "baked":
                 image = images.ensure_baked(self.engine, base, env, self.sources, self.cache_dir)
             else:
-                image = images.RuntimeImage(base, "mounted", "python3", env, False)
+                image = images.RuntimeImage(base, "mounted", "python3", env, None)
             self.images[runtime] = image
             log.info("%s: %s image %s (%.1f s)", runtime.id, image.route, image.name, time.monotonic() - started)
 
@@ -107,8 +105,8 @@ class DockerBackend:
         if image.mount_env is not None:
             mounts[image.mount_env.path] = ENV
             path.append(ENV / site_packages(image.mount_env).relative_to(image.mount_env.path))
-        if image.needs_tools and self._tools is not None:
-            mounts[self._tools] = TOOLS
+        if image.tools is not None:
+            mounts[image.tools] = TOOLS
             path.append(TOOLS)
         config, host_tests = cell_config(dataclasses.replace(request, out_dir=work)), request.cell.build.extension.tests
         config_inside = (
@@ -384,13 +382,19 @@ def check_python(engine: Engine, image: str, wanted: set[str]) -> None:
         )
 
 
-def check_torch(engine: Engine, image: images.RuntimeImage, torch_version: str, where: str) -> None:
-    found = _probe(engine, image.name, "import json, torch; print(json.dumps({'torch': torch.__version__}))")
+def check_torch(engine: Engine, image: images.RuntimeImage, torch_version: str, where: str) -> str:
+    """The image's torch must be the runtime's release; returns the image's python version (X.Y)."""
+    code = (
+        "import json, sys, torch; "
+        "print(json.dumps({'torch': torch.__version__, 'python': '%d.%d' % sys.version_info[:2]}))"
+    )
+    found = _probe(engine, image.name, code)
     if found["torch"].split("+")[0] != torch_version.split("+")[0]:
         raise BadInputError(
             f"{where}: image {image.name} holds torch {found['torch']}, not {torch_version}; "
             "name the image of that release, or change the runtime's torch"
         )
+    return str(found["python"])
 
 
 def docker_run_line(image: str, argv: list[str], kwargs: dict[str, Any]) -> str:

@@ -53,7 +53,7 @@ class RuntimeImage:
     route: str  # 'mounted', 'baked' or 'image'
     python: str  # the interpreter inside the container
     mount_env: Env | None  # mounted route: the host env whose site-packages go on the path
-    needs_tools: bool  # a named image may lack pytest: the harness's own copy goes on the path
+    tools: Path | None  # a named image may lack pytest: the harness's copy for its python goes on the path
     seconds: float = 0.0
     size_bytes: int | None = None
 
@@ -139,7 +139,7 @@ def ensure_named(engine: Engine, name: str, where: str) -> RuntimeImage:
                 f"{where}: image {name!r} is not in the engine and could not be pulled ({str(exc).strip()}); "
                 "check the name, pull or `docker load` it first, or remove the setting"
             ) from exc
-    return RuntimeImage(name, "image", "python3", None, True, size_bytes=image.attrs.get("Size"))
+    return RuntimeImage(name, "image", "python3", None, None, size_bytes=image.attrs.get("Size"))
 
 
 def pinned_requirements(env: Env) -> list[str]:
@@ -159,11 +159,11 @@ def ensure_baked(engine: Engine, base: str, env: Env, sources: ResolvedSources, 
     with locked(work / f"runtime-{key}.lock"):
         image = _find(engine, name)
         if image is not None:
-            return RuntimeImage(name, "baked", BAKED_PYTHON, None, False, size_bytes=image.attrs.get("Size"))
+            return RuntimeImage(name, "baked", BAKED_PYTHON, None, None, size_bytes=image.attrs.get("Size"))
         seconds = _bake(engine, base, name, key, env, pins, sources, work)
         image = _find(engine, name)
         assert image is not None
-        return RuntimeImage(name, "baked", BAKED_PYTHON, None, False, seconds, image.attrs.get("Size"))
+        return RuntimeImage(name, "baked", BAKED_PYTHON, None, None, seconds, image.attrs.get("Size"))
 
 
 def _bake(
@@ -231,14 +231,27 @@ def _bake(
     return seconds
 
 
-def ensure_pytest_tools(cache_dir: Path) -> Path:
-    """pytest (pure Python) in a directory of its own, for named images that lack it."""
-    target = cache_dir / "docker" / "pytest-tools"
+def ensure_pytest_tools(cache_dir: Path, python: str) -> Path:
+    """pytest (pure Python) for that python version in a directory of its own, for named images that lack it."""
+    target = cache_dir / "docker" / f"pytest-tools-py{python}"
     marker = target / ".complete"
     target.parent.mkdir(parents=True, exist_ok=True)
-    with locked(target.parent / "pytest-tools.lock"):
+    with locked(target.parent / f"pytest-tools-py{python}.lock"):
         if not marker.exists():
             shutil.rmtree(target, ignore_errors=True)
-            commands.run([uv_binary(), "pip", "install", "--quiet", "--target", target, *PYTEST_TOOLS], timeout=600)
+            commands.run(
+                [
+                    uv_binary(),
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--python-version",
+                    python,
+                    "--target",
+                    target,
+                    *PYTEST_TOOLS,
+                ],
+                timeout=600,
+            )
             marker.write_text("")
     return target
