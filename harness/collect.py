@@ -162,8 +162,8 @@ def classify(execution: CellExecution, timeout: float, expected_site: Path | Non
     def outcome(status: Status, reason: str, **extra: Any) -> Outcome:
         return Outcome(status, reason, counts, failing, probe=probe, tests_seconds=tests_seconds, **extra)
 
-    if execution.error:
-        return outcome(Status.ERROR, execution.error)
+    if execution.decided:
+        return outcome(*execution.decided)
     if execution.timed_out:
         return outcome(Status.TIMEOUT, f"no result after {timeout:.0f} s, killed {_where(probe)}")
     code = execution.returncode

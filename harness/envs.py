@@ -60,11 +60,18 @@ class Env:
         return self.path / "bin" / "python"
 
     @property
-    def torch_lib(self) -> Path:
-        found = sorted(self.path.glob("lib/python*/site-packages/torch/lib"))
+    def site_packages(self) -> Path:
+        found = sorted(self.path.glob("lib/python*/site-packages"))
         if not found:
-            raise InfrastructureError(f"{self.path}: torch/lib not found")
+            raise InfrastructureError(f"{self.path}: no lib/python*/site-packages")
         return found[0]
+
+    @property
+    def torch_lib(self) -> Path:
+        lib = self.site_packages / "torch" / "lib"
+        if not lib.is_dir():
+            raise InfrastructureError(f"{self.path}: torch/lib not found")
+        return lib
 
 
 def detect_variant(torch_version: str, cuda: str | None) -> str:

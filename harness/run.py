@@ -21,6 +21,7 @@ from harness import commands
 from harness.build import BuildResult
 from harness.envs import Env
 from harness.plan import Cell, Runtime
+from harness.verdict import Status
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,9 @@ class CellExecution:
     junit: Path
     probe: Path
     site: Path | None = None  # the unpacked wheel as the runtime sees it (a container sees its mount point)
-    error: str | None = None  # the backend itself failed this cell (e.g. the docker engine): an ERROR
+    # Set when the backend decided the cell without a result from pytest: the docker engine
+    # failed it (ERROR), or cannot give it the GPU it asks for (SKIPPED).
+    decided: tuple[Status, str] | None = None
 
     @classmethod
     def in_dir(
@@ -128,27 +131,40 @@ class VenvBackend:
         out = request.out_dir
         (out / "tmp").mkdir(parents=True, exist_ok=True)
         assert request.build.site is not None, "cells run only for builds that produced a wheel"
-        environ = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "HOME": os.environ.get("HOME", str(out)),
-            "LANG": os.environ.get("LANG", "C.UTF-8"),
-            "TMPDIR": str(out / "tmp"),
-            "PYTHONPATH": os.pathsep.join([str(request.build.site), str(PROBE_DIR)]),
-            "PYTHONDONTWRITEBYTECODE": "1",
-            "PYTHONNOUSERSITE": "1",
-            "PYTHONFAULTHANDLER": "1",
-            "OMP_NUM_THREADS": str(request.threads),
-            "HARNESS_PROBE_FILE": str(out / "probe.json"),
-            "HARNESS_EXT_MODULE": request.cell.build.extension.module,
-            "HARNESS_DEVICE": request.cell.runtime.device,
-            "HARNESS_CELL_ID": request.cell.id,
-        }
+        environ = cell_environ(
+            request,
+            pythonpath=[request.build.site, PROBE_DIR],
+            probe_file=out / "probe.json",
+            tmp=out / "tmp",
+            PATH=os.environ.get("PATH", "/usr/bin:/bin"),
+            HOME=os.environ.get("HOME", str(out)),
+            LANG=os.environ.get("LANG", "C.UTF-8"),
+        )
         for passthrough in ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"):
             if passthrough in os.environ:
                 environ[passthrough] = os.environ[passthrough]
         argv = pytest_argv(request.env.python, request.cell.build.extension.tests, out, cell_config(request))
         (out / "command.txt").write_text(commands.shell_line(argv, environ, out) + "\n")
         return dataclasses.replace(run_process(argv, environ, out, request.timeout), site=request.build.site)
+
+
+def cell_environ(
+    request: CellRequest, *, pythonpath: list[Path], probe_file: Path, tmp: Path, **extra: str
+) -> dict[str, str]:
+    """The environment of a cell's pytest process, as paths are seen where it runs (host or container)."""
+    return {
+        **extra,
+        "TMPDIR": str(tmp),
+        "PYTHONPATH": os.pathsep.join(map(str, pythonpath)),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONNOUSERSITE": "1",
+        "PYTHONFAULTHANDLER": "1",
+        "OMP_NUM_THREADS": str(request.threads),
+        "HARNESS_PROBE_FILE": str(probe_file),
+        "HARNESS_EXT_MODULE": request.cell.build.extension.module,
+        "HARNESS_DEVICE": request.cell.runtime.device,
+        "HARNESS_CELL_ID": request.cell.id,
+    }
 
 
 def run_process(argv: list[str], environ: dict[str, str], out: Path, timeout: float) -> CellExecution:

@@ -32,15 +32,15 @@ from harness.container.engine import LABEL, Engine, EngineError
 from harness.envs import Env
 from harness.errors import BadInputError
 from harness.plan import Runtime
-from harness.run import PROBE_DIR, CellExecution, CellRequest, cell_config, pytest_argv
+from harness.run import PROBE_DIR, CellExecution, CellRequest, cell_config, cell_environ, pytest_argv
 from harness.sources import ResolvedSources
+from harness.verdict import Status
 
 log = logging.getLogger(__name__)
 
 ROOT = Path("/opt/harness")  # where everything a cell needs is mounted inside its container
 SITE, TESTS, PROBE, OUT, ENV, TOOLS = (ROOT / n for n in ("site", "tests", "probe", "out", "env", "tools"))
 CELL_UID = 10001  # the unprivileged user cells run as when the harness itself runs as root
-SKIP_EXIT = 11  # the probe's exit code for a skipped cell (see harness_cellprobe)
 
 
 class DockerBackend:
@@ -104,7 +104,7 @@ class DockerBackend:
         path = [SITE, PROBE]
         if image.mount_env is not None:
             mounts[image.mount_env.path] = ENV
-            path.append(ENV / site_packages(image.mount_env).relative_to(image.mount_env.path))
+            path.append(ENV / image.mount_env.site_packages.relative_to(image.mount_env.path))
         if image.tools is not None:
             mounts[image.tools] = TOOLS
             path.append(TOOLS)
@@ -112,22 +112,17 @@ class DockerBackend:
         config_inside = (
             TESTS / config.relative_to(host_tests) if config.is_relative_to(host_tests) else OUT / config.name
         )
-        environ = {
-            "HOME": "/tmp",
-            "USER": "harness",  # the cell's uid has no passwd entry: getpass.getuser() reads these first
-            "LOGNAME": "harness",
-            "TMPDIR": "/tmp",
-            "LANG": "C.UTF-8",
-            "PYTHONPATH": os.pathsep.join(map(str, path)),
-            "PYTHONDONTWRITEBYTECODE": "1",
-            "PYTHONNOUSERSITE": "1",
-            "PYTHONFAULTHANDLER": "1",
-            "OMP_NUM_THREADS": str(request.threads),
-            "HARNESS_PROBE_FILE": str(OUT / "probe.json"),
-            "HARNESS_EXT_MODULE": request.cell.build.extension.module,
-            "HARNESS_DEVICE": request.cell.runtime.device,
-            "HARNESS_CELL_ID": request.cell.id,
-        }
+        # The cell's uid has no passwd entry: getpass.getuser() reads USER and LOGNAME first.
+        environ = cell_environ(
+            request,
+            pythonpath=path,
+            probe_file=OUT / "probe.json",
+            tmp=Path("/tmp"),
+            HOME="/tmp",
+            USER="harness",
+            LOGNAME="harness",
+            LANG="C.UTF-8",
+        )
         argv = pytest_argv(image.python, TESTS, OUT, config_inside)
         kwargs = self.container_kwargs(request, image, mounts, work, environ)
         (out / "command.txt").write_text(docker_run_line(image.name, argv, kwargs) + "\n")
@@ -137,7 +132,8 @@ class DockerBackend:
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             # The engine failed this cell (disk full, engine restarted...): an ERROR cell, and the run goes on.
             log.warning("%s: the docker engine failed: %s", request.cell.id, exc)
-            return _failed(out, work, f"the docker engine failed: {str(exc).strip().splitlines()[0]}")
+            reason = f"the docker engine failed: {str(exc).strip().splitlines()[0]}"
+            return _decided(out, work, Status.ERROR, reason)
         finally:
             _hand_back(work, owner)
 
@@ -190,9 +186,8 @@ class DockerBackend:
                 container.start()
             except docker.errors.APIError as exc:
                 if "device_requests" in kwargs:  # no NVIDIA toolkit, no driver, no device...
-                    return _skipped(
-                        out, work, f"no GPU: the Docker engine cannot give containers one ({exc.explanation})"
-                    )
+                    reason = f"no GPU: the Docker engine cannot give containers one ({exc.explanation})"
+                    return _decided(out, work, Status.SKIPPED, reason)
                 raise
             if self._stopping.is_set():  # stop_all ran between the check above and the start
                 _kill(container)
@@ -226,13 +221,6 @@ class DockerBackend:
             containers = list(self._active.values())
         for container in containers:
             _kill(container)
-
-
-def site_packages(env: Env) -> Path:
-    found = sorted(env.path.glob("lib/python*/site-packages"))
-    if not found:
-        raise EngineError(f"{env.path}: no lib/python*/site-packages to mount")
-    return found[0]
 
 
 def _exit_code(status: int) -> int:
@@ -269,19 +257,12 @@ def _execution(
     return dataclasses.replace(execution, junit=work / "junit.xml", probe=work / "probe.json", site=SITE)
 
 
-def _skipped(out: Path, work: Path, reason: str) -> CellExecution:
-    execution = _execution(out, work, SKIP_EXIT, False, time.time(), 0.0)
-    execution.probe.write_text(json.dumps({"phase": "skipped", "skip_reason": reason}) + "\n")
+def _decided(out: Path, work: Path, status: Status, reason: str) -> CellExecution:
+    """A cell the backend ended without a pytest result; the reason goes to its stderr.log too."""
+    execution = _execution(out, work, None, False, time.time(), 0.0)
     execution.stdout.write_text("")
     execution.stderr.write_text(reason + "\n")
-    return execution
-
-
-def _failed(out: Path, work: Path, reason: str) -> CellExecution:
-    execution = dataclasses.replace(_execution(out, work, None, False, time.time(), 0.0), error=reason)
-    execution.stdout.touch()
-    execution.stderr.write_text(reason + "\n")
-    return execution
+    return dataclasses.replace(execution, decided=(status, reason))
 
 
 def _hand_to_cell_user(work: Path) -> tuple[int, int] | None:
