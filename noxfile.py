@@ -40,6 +40,13 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", "-n", "auto", "--dist", "loadfile", *(session.posargs or ["tests"]))
 
 
+@nox.session(default=False)
+def faults(session: nox.Session) -> None:
+    """The fault catalogue alone: each fault injected for real, its classification and "nothing lost" asserted."""
+    session.install("-e", ".[test]")
+    session.run("pytest", "-n", "auto", "tests/faults", *session.posargs)
+
+
 @nox.session
 def unit(session: nox.Session) -> None:
     """The fast tier only: no torch environments, no compiler, seconds."""

@@ -1,0 +1,129 @@
+"""What the integration and fault tiers share: running the harness as a user does, reading its
+results, and small real stable-ABI extensions made on the fly."""
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+
+def harness(
+    *args: str | Path, cwd: Path, timeout: float = 3000, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *map(str, args)],
+        cwd=cwd,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        timeout=timeout,
+    )
+
+
+def start_harness(*args: str | Path, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """The harness in the background, with SIGINT at its default even when this test run ignores it
+    (a shell's background job does): Python then turns it into KeyboardInterrupt, as for a user."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "harness", *map(str, args)],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+
+
+def latest_results(reports: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((reports / "latest" / "results.json").read_text())
+    return data
+
+
+def cells_by_id(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["id"]: c for c in results["cells"]}
+
+
+CPP = """\
+#include <torch/csrc/stable/library.h>
+#include <cstdint>
+
+void boxed_crash(StableIValue*, uint64_t, uint64_t) {
+  volatile int* nowhere = nullptr;
+  *nowhere = 42;  // a real segmentation fault inside the extension
+}
+
+void boxed_spin(StableIValue*, uint64_t, uint64_t) {
+  volatile uint64_t n = 0;
+  while (true) { n = n + 1; }  // never returns
+}
+
+void boxed_answer(StableIValue* stack, uint64_t, uint64_t) {
+  int64_t answer = 41;  // the tests expect 42: a real, failing assertion
+  std::memcpy(&stack[0], &answer, sizeof(answer));
+}
+
+STABLE_TORCH_LIBRARY(@NS@, m) {
+  m.def("crash() -> ()");
+  m.def("spin() -> ()");
+  m.def("answer() -> int");
+}
+
+STABLE_TORCH_LIBRARY_IMPL(@NS@, CompositeExplicitAutograd, m) {
+  m.impl("crash", &boxed_crash);
+  m.impl("spin", &boxed_spin);
+  m.impl("answer", &boxed_answer);
+}
+"""
+
+SETUP = """\
+import os
+
+from setuptools import setup
+from torch.utils.cpp_extension import BuildExtension, CppExtension
+
+EXTRA = ["-std=c++17", "-include", "cstring"]
+if os.environ.get("TORCH_TARGET_VERSION"):
+    EXTRA.append("-DTORCH_TARGET_VERSION=" + os.environ["TORCH_TARGET_VERSION"])
+
+setup(
+    name="@NS@",
+    version="0.0.1",
+    packages=["@NS@"],
+    ext_modules=[CppExtension("@NS@._C", ["csrc/ops.cpp"], extra_compile_args=EXTRA, py_limited_api=True)],
+    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=False)},
+    options={"bdist_wheel": {"py_limited_api": "cp39"}},
+)
+"""
+
+INIT = """\
+from pathlib import Path
+
+import torch
+
+torch.ops.load_library(str(next(Path(__file__).parent.glob("_C*.so"))))
+ops = torch.ops.@NS@
+"""
+
+
+def make_extension(root: Path, name: str, test_source: str | None, cpp: str = CPP, min_target: str = "2.10") -> Path:
+    """A small real stable-ABI extension (by default with ops that crash, hang or answer wrongly)."""
+    ext = root / name
+    (ext / "csrc").mkdir(parents=True)
+    (ext / name).mkdir()
+    (ext / "tests").mkdir()
+    (ext / "csrc" / "ops.cpp").write_text(cpp.replace("@NS@", name))
+    (ext / "setup.py").write_text(SETUP.replace("@NS@", name))
+    (ext / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools", "torch"]\nbuild-backend = "setuptools.build_meta"\n'
+    )
+    (ext / name / "__init__.py").write_text(INIT.replace("@NS@", name))
+    (ext / "extension.yaml").write_text(
+        f"name: {name}\nmodule: {name}\nmin_target: '{min_target}'\nrecipe: pep517\ntests: tests\n"
+    )
+    if test_source is not None:
+        (ext / "tests" / f"test_{name}.py").write_text(textwrap.dedent(test_source).replace("@NS@", name))
+    return ext
