@@ -16,11 +16,13 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from harness import commands, prebuilt
 from harness.envs import Env, locked
 from harness.errors import BadInputError, CommandError
+from harness.files import write_atomic, write_json
 from harness.manifest import packaged_manifest
 from harness.plan import Build
 from harness.predict import ArtifactImports
@@ -29,7 +31,7 @@ from harness.symbols import read_artifact
 
 log = logging.getLogger(__name__)
 
-BUILD_FORMAT = 2  # 2: reasons with shortened paths
+BUILD_FORMAT = 3  # 2: reasons with shortened paths; 3: digests of the wheel and site/, failures say why
 IGNORED = ("__pycache__", "build", "dist", "*.egg-info", "*.so", "*.pyc", ".pytest_cache")
 
 
@@ -45,6 +47,11 @@ class BuildResult:
     cached: bool
     key: str
     findings: tuple[str, ...] = ()  # a prebuilt wheel whose imports contradict what the matrix claims for it
+    # The build did not finish for a reason that says nothing about the extension (a timeout, a
+    # compiler killed by a signal, a damaged env): its cells are ERROR, never BUILD_FAILED, and
+    # it is not cached, so the next run tries again.
+    infrastructure: bool = False
+    repaired: str | None = None  # a cached build found damaged and built again: what was wrong
 
 
 def compiler_identity() -> str:
@@ -83,6 +90,30 @@ def file_digest(path: Path) -> str:
         return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
+def tree_digest(root: Path) -> str:
+    """sha256 over a directory's paths and contents (links by their target, never followed)."""
+    digest = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        here = Path(dirpath)
+        for name in sorted(filenames):
+            path = here / name
+            digest.update(str(path.relative_to(root)).encode() + b"\0")
+            digest.update(os.readlink(path).encode() if path.is_symlink() else file_digest(path).encode())
+            digest.update(b"\0")
+    return digest.hexdigest()
+
+
+# A compiler or build tool that died of a signal (an interrupt, the OOM killer) or crashed: the
+# recipe failed, but nothing was learnt about the extension's source.
+KILLED_MARKERS = (
+    "terminated by signal",
+    "Killed signal terminated program",
+    "internal compiler error",
+    "KeyboardInterrupt",
+)
+
+
 def cache_key(build: Build, env: Env, compiler: str) -> str:
     wheel = build.extension.wheel
     material = {
@@ -108,36 +139,57 @@ def first_error_line(text: str, work: Path) -> str:
 
 
 class Builder:
-    def __init__(self, root: Path, timeout: float) -> None:
+    def __init__(self, root: Path, timeout: float, verify_env: Callable[[Env], str | None] | None = None) -> None:
         self.root = root / "builds"
         self.timeout = timeout
         self.uv = uv_binary()
         self.compiler = compiler_identity()
+        self.verify_env = verify_env  # after a failed build: was it the env, not the extension?
 
     def build(self, build: Build, env: Env) -> BuildResult:
         key = cache_key(build, env, self.compiler)
         out = self.root / f"{build.id}-{key[:16]}"
         self.root.mkdir(parents=True, exist_ok=True)
         with locked(self.root / f"{out.name}.lock"):
-            cached = self._load(build, out, key)
+            cached, damage = self._load(build, out, key)
             if cached is not None:
                 return cached
+            if damage:
+                log.warning("%s: the cached build is damaged (%s); building it again", build.id, damage)
             if build.extension.wheel is not None:
-                return self._unpack(build, build.extension.wheel, env, out, key)
-            return self._compile(build, env, out, key)
+                result = self._unpack(build, build.extension.wheel, env, out, key)
+            else:
+                result = self._compile(build, env, out, key)
+            return dataclasses.replace(result, repaired=damage)
 
-    def _load(self, build: Build, out: Path, key: str) -> BuildResult | None:
+    def verify(self, result: BuildResult) -> str | None:
+        """None if the build's wheel and site/ are as built, else what changed (checked before every use)."""
+        if not result.ok or result.wheel is None or result.site is None:
+            return None
+        try:
+            meta = json.loads((result.site.parent / "build.json").read_text())
+        except (OSError, ValueError) as exc:
+            return f"build.json unreadable: {exc}"
+        return _damage(meta, result.wheel, result.site)
+
+    def _load(self, build: Build, out: Path, key: str) -> tuple[BuildResult | None, str | None]:
+        """The cached result if it is whole; else (None, what is damaged, or None when nothing is cached)."""
         try:
             meta = json.loads((out / "build.json").read_text())
-        except (OSError, ValueError):
-            return None
+        except FileNotFoundError:
+            return None, None
+        except (OSError, ValueError) as exc:
+            return None, f"build.json unreadable: {exc}"
         if meta.get("key") != key:
-            return None
+            return None, None
         wheel = out / meta["wheel"] if meta["wheel"] else None
         site = out / "site" if meta["ok"] else None
-        if meta["ok"] and not (wheel and wheel.is_file() and site and site.is_dir()):
-            return None
-        return BuildResult(
+        if meta["ok"]:
+            assert wheel is not None and site is not None
+            damage = _damage(meta, wheel, site)
+            if damage:
+                return None, damage
+        result = BuildResult(
             build,
             meta["ok"],
             meta["reason"],
@@ -149,6 +201,7 @@ class Builder:
             key,
             tuple(meta.get("findings", ())),
         )
+        return result, None
 
     def _compile(self, build: Build, env: Env, out: Path, key: str) -> BuildResult:
         shutil.rmtree(out, ignore_errors=True)
@@ -181,13 +234,27 @@ class Builder:
                 build.id,
                 commands.shell_line(argv, {k: environ[k] for k in ("TORCH_TARGET_VERSION",) if k in environ}),
             )
+            infrastructure = False
             try:
                 proc = commands.run(argv, env=environ, timeout=self.timeout, check=False)
                 text, ok = proc.stdout, proc.returncode == 0
                 reason = "" if ok else first_error_line(text, work)
+                killed = next((m for m in KILLED_MARKERS if m in text), None)
+                if not ok and (proc.returncode < 0 or killed):
+                    infrastructure = True
+                    reason = f"the build tools were killed or crashed ({killed or f'exit {proc.returncode}'}): {reason}"
             except CommandError as exc:  # timed out, or uv vanished
-                text, ok, reason = exc.output, False, str(exc).splitlines()[0]
-        build_log.write_text(f"$ {commands.shell_line(argv)}\n{text}")
+                text, ok, infrastructure = exc.output, False, True
+                reason = (
+                    f"the build did not finish within {self.timeout:.0f} s (settings.build_timeout)"
+                    if exc.returncode == -9
+                    else str(exc).splitlines()[0]
+                )
+        write_atomic(build_log, f"$ {commands.shell_line(argv)}\n{text}")
+        if not ok and not infrastructure and self.verify_env is not None:
+            damage = self.verify_env(env)
+            if damage:
+                infrastructure, reason = True, f"the build env of torch {env.torch_version} is damaged: {damage}"
         wheel: Path | None = None
         if ok:
             wheels = sorted((out / "dist").glob("*.whl"))
@@ -195,6 +262,11 @@ class Builder:
                 ok, reason = False, f"the recipe produced {len(wheels)} wheels, expected 1"
             else:
                 wheel = wheels[0]
+        if infrastructure:
+            log.warning("%s: not built, and not cached: %s", build.id, reason)
+            return BuildResult(
+                build, False, reason, None, None, build_log, time.monotonic() - started, False, key, infrastructure=True
+            )
         return self._finish(build, env, out, key, started, reason, wheel)
 
     def _unpack(self, build: Build, prebuilt_wheel: Path, env: Env, out: Path, key: str) -> BuildResult:
@@ -210,9 +282,10 @@ class Builder:
         found = prebuilt.claim_findings(
             imports, build.torch, build.effective_target, build.extension.stable, packaged_manifest()
         )
-        (out / "build.log").write_text(
+        write_atomic(
+            out / "build.log",
             f"prebuilt wheel {prebuilt_wheel} (sha256 {file_digest(wheel)}), claimed {claimed}; not compiled\n"
-            + "".join(f"finding: {f}\n" for f in found)
+            + "".join(f"finding: {f}\n" for f in found),
         )
         for finding in found:
             log.warning("%s: %s", build.id, finding)
@@ -246,6 +319,8 @@ class Builder:
                     "install",
                     "--quiet",
                     "--no-deps",
+                    "--link-mode",
+                    "copy",  # files of its own: site/ shares no inode with uv's cache
                     "--python",
                     env.python,
                     "--target",
@@ -265,8 +340,23 @@ class Builder:
             "compiler": None if build.extension.wheel else self.compiler,
             "target": build.target.hex if build.target else None,
             "findings": list(findings),
+            "wheel_sha256": file_digest(wheel) if wheel else None,
+            "site_sha256": tree_digest(out / "site") if wheel else None,
         }
-        (out / "build.json").write_text(json.dumps(meta, indent=2) + "\n")
+        write_json(out / "build.json", meta)
         log.info("built %s in %.1f s: %s", build.id, seconds, "ok" if ok else f"FAILED: {reason}")
         site = out / "site" if ok else None
         return BuildResult(build, ok, reason, wheel, site, out / "build.log", seconds, False, key, findings)
+
+
+def _damage(meta: dict[str, object], wheel: Path, site: Path) -> str | None:
+    """What differs between a good build's files and the digests recorded when it was made."""
+    if not wheel.is_file():
+        return f"{wheel.name} is missing"
+    if not site.is_dir():
+        return "site/ is missing"
+    if meta.get("wheel_sha256") != file_digest(wheel):
+        return f"{wheel.name} changed since it was built (sha256 differs)"
+    if meta.get("site_sha256") != tree_digest(site):
+        return "site/ (the unpacked wheel cells import) changed since it was built"
+    return None

@@ -24,7 +24,7 @@ from harness.config import DEFAULT_MATRIX, Matrix, load_matrix, with_overrides
 from harness.envs import Env
 from harness.errors import BadInputError, ExitCode, HarnessError
 from harness.plan import Plan, make_plan
-from harness.report import STATUS_SHORT, VERDICT_SYMBOL, CellResult, RunResult
+from harness.report import STATUS_SHORT, VERDICT_SYMBOL, CellResult, ReportError, RunResult
 from harness.rundiff import RunDiff, compare, load_run
 from harness.verdict import Verdict, promise
 from harness.versions import ApiLevel
@@ -193,8 +193,17 @@ class ConsoleObserver:
 
     def build_done(self, result: BuildResult) -> None:
         how = "cached" if result.cached else f"{result.seconds:.1f} s"
-        state = "[green]built[/]" if result.ok else f"[red]BUILD FAILED[/]: {escape(result.reason)}"
+        if result.ok:
+            state = "[green]built[/]"
+        elif result.infrastructure:
+            state = f"[bold magenta]NOT BUILT[/] (not the extension's fault; not cached): {escape(result.reason)}"
+        else:
+            state = f"[red]BUILD FAILED[/]: {escape(result.reason)}"
         console.print(f"   {escape(result.build.id)}: {state} ({how})")
+        if result.repaired:
+            console.print(
+                f"      [yellow]the cached build was damaged and was built again[/]: {escape(result.repaired)}"
+            )
 
     def cell_done(self, result: CellResult, done: int, total: int) -> None:
         style = VERDICT_STYLE[result.verdict]
@@ -272,7 +281,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     baseline = load_run(args.baseline) if args.baseline else None  # a bad baseline fails before any work
     backend = make_backend(args.backend, matrix, options.cache_dir, args.docker_route, args.keep_containers)
     print_preamble(plan, f"(backend {args.backend}, {args.jobs} at a time)")
-    run, run_dir = Pipeline(plan, options, ConsoleObserver(), backend).execute()
+    try:
+        run, run_dir = Pipeline(plan, options, ConsoleObserver(), backend).execute()
+    except ReportError as exc:  # the results are in hand: show them, then say what could not be written
+        print_grid(exc.run)
+        raise
     print_grid(run)
     if baseline is not None:
         result = compare(baseline, run)

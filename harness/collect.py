@@ -146,6 +146,11 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
+# Phases of the probe before the extension is imported: a crash or a hang there is the runtime's
+# (a damaged env, an overloaded machine), never evidence about the extension.
+BEFORE_LOAD = {"start-up", "import_torch"}
+
+
 def _where(probe: dict[str, Any]) -> str:
     phase = probe.get("phase", "start-up")
     test = probe.get("current_test")
@@ -164,11 +169,23 @@ def classify(execution: CellExecution, timeout: float, expected_site: Path | Non
 
     if execution.decided:
         return outcome(*execution.decided)
+    before_load = probe.get("phase", "start-up") in BEFORE_LOAD
     if execution.timed_out:
+        if before_load:
+            return outcome(
+                Status.ERROR,
+                f"no result after {timeout:.0f} s, killed {_where(probe)}, before the extension was loaded",
+            )
         return outcome(Status.TIMEOUT, f"no result after {timeout:.0f} s, killed {_where(probe)}")
     code = execution.returncode
     assert code is not None
     if code < 0:
+        if before_load:
+            return outcome(
+                Status.ERROR,
+                f"the runtime crashed ({_signal_name(-code)}) {_where(probe)}, before the extension was loaded: "
+                "the torch environment is suspect, not the extension",
+            )
         return outcome(Status.CRASHED, f"killed by {_signal_name(-code)} {_where(probe)}")
     if not probe:
         return outcome(Status.ERROR, f"the cell exited {code} before the harness probe ran; see stderr.log")

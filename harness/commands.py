@@ -5,10 +5,12 @@ from __future__ import annotations
 import logging
 import os
 import shlex
+import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from harness import processes
 from harness.errors import CommandError
 
 log = logging.getLogger(__name__)
@@ -30,24 +32,39 @@ def run(
     timeout: float | None = None,
     check: bool = True,
 ) -> subprocess.CompletedProcess[str]:
-    """Run a command to completion, capturing stdout and stderr together."""
+    """Run a command to completion, capturing stdout and stderr together.
+
+    The command runs in its own process group, registered with the run: an interrupt kills
+    the group at once (a compiler's workers included), and a timeout kills the whole group.
+    """
+    args = [str(a) for a in argv]
     log.debug("$ %s", shell_line(argv, env, cwd))
     try:
-        proc = subprocess.run(
-            [str(a) for a in argv],
+        proc = processes.REGISTRY.popen(
+            args,
             env=dict(env) if env is not None else None,
             cwd=cwd,
-            input=input,
+            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            timeout=timeout,
         )
     except FileNotFoundError as exc:
-        raise CommandError(list(map(str, argv)), 127, cwd, f"{argv[0]}: not found") from exc
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout if isinstance(exc.stdout, str) else (exc.stdout or b"").decode(errors="replace")
-        raise CommandError(list(map(str, argv)), -9, cwd, f"{out}\n(killed after {timeout:.0f} s)") from exc
+        raise CommandError(args, 127, cwd, f"{argv[0]}: not found") from exc
+    try:
+        try:
+            out, _ = proc.communicate(input, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            processes.kill_group(proc.pid, signal.SIGKILL)
+            out, _ = proc.communicate()
+            raise CommandError(args, -9, cwd, f"{out}\n(killed after {timeout:.0f} s)") from None
+    finally:
+        if proc.poll() is None:  # interrupted while waiting: leave nothing behind
+            processes.kill_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+        processes.REGISTRY.release(proc)
+    if processes.REGISTRY.stopping.is_set() and proc.returncode != 0:
+        raise processes.Interrupted(f"stopped by the interrupt: {shell_line(argv)}")
     if check and proc.returncode != 0:
-        raise CommandError(list(map(str, argv)), proc.returncode, cwd, proc.stdout)
-    return proc
+        raise CommandError(args, proc.returncode, cwd, out)
+    return subprocess.CompletedProcess(args, proc.returncode, out)

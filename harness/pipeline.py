@@ -5,7 +5,6 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import datetime
-import json
 import logging
 import os
 import shutil
@@ -14,11 +13,15 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from harness import __version__
+from elftools.common.exceptions import ELFError
+
+from harness import __version__, processes
 from harness.build import Builder, BuildResult
 from harness.collect import classify
 from harness.config import Matrix
 from harness.envs import Env, EnvManager, EnvSpec
+from harness.errors import HarnessError
+from harness.files import write_json
 from harness.manifest import packaged_manifest
 from harness.plan import Build, Cell, Plan, Runtime
 from harness.predict import ArtifactImports, Predicted, Prediction, findings, predict
@@ -29,6 +32,8 @@ from harness.symbols import library_exports, read_artifact
 from harness.verdict import Status, judge, promise
 
 log = logging.getLogger(__name__)
+# Outcomes that would count against the extension: before one stands, what the cell ran on is checked again.
+SUSPECT = {Status.TEST_FAILED, Status.LOAD_FAILED, Status.CRASHED, Status.TIMEOUT, Status.ERROR}
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -88,21 +93,33 @@ def _parallel(
     done: Callable[[R], None],
     on_interrupt: Callable[[], None] | None = None,
 ) -> list[R]:
-    """Run fn over items in threads. On an interrupt, on_interrupt runs *before* waiting for workers."""
+    """Run fn over items in threads.
+
+    On an interrupt (or any error) every command the run started is stopped and on_interrupt
+    runs, both *before* waiting for the workers; then the results of items that finished
+    meanwhile still reach done(), so nothing finished is lost, and the exception goes on.
+    """
     results: list[R] = []
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs))
     futures = [pool.submit(fn, item) for item in items]
+    reported: set[concurrent.futures.Future[R]] = set()
     try:
         for future in concurrent.futures.as_completed(futures):
             result = future.result()
+            reported.add(future)
             results.append(result)
             done(result)
     except BaseException:
         for future in futures:
             future.cancel()
+        processes.REGISTRY.stop_all()
         if on_interrupt is not None:
             on_interrupt()
         pool.shutdown(wait=True, cancel_futures=True)
+        for future in futures:
+            if future not in reported and future.done() and not future.cancelled() and future.exception() is None:
+                results.append(future.result())
+                done(future.result())
         raise
     pool.shutdown(wait=True)
     return results
@@ -115,6 +132,7 @@ class Pipeline:
         self.observer = observer
         self.backend = backend or VenvBackend()
         self.envs = EnvManager(options.cache_dir, resolve_sources(plan.matrix.sources))
+        self.builder = Builder(options.cache_dir, plan.matrix.settings.build_timeout)
         self.timeout = options.cell_timeout or plan.matrix.settings.cell_timeout
 
     def provision(self) -> dict[EnvSpec, Env]:
@@ -129,14 +147,15 @@ class Pipeline:
     def build_all(self, envs: dict[EnvSpec, Env]) -> dict[Build, BuildResult]:
         builds = self.plan.needed_builds
         self.observer.stage("build", f"{len(builds)} build(s)")
-        builder = Builder(self.options.cache_dir, self.plan.matrix.settings.build_timeout)
         results = _parallel(
-            self.options.jobs, lambda b: builder.build(b, envs[env_spec(b)]), builds, self.observer.build_done
+            self.options.jobs, lambda b: self.builder.build(b, envs[env_spec(b)]), builds, self.observer.build_done
         )
         return {r.build: r for r in results}
 
     def execute(self) -> tuple[RunResult, Path]:
+        """The whole run; the report is written even when it is interrupted (ReportError if it cannot be)."""
         started = datetime.datetime.now(datetime.UTC)
+        processes.REGISTRY.reset()
         envs = self.provision()
         runtimes = self.plan.needed_runtimes
         self.observer.stage("backend", f"{self.backend.name}: preparing {len(runtimes)} runtime(s)")
@@ -165,11 +184,10 @@ class Pipeline:
             interrupted = True
             log.warning("interrupted: %d of %d cells finished; writing the report", len(results), len(cells))
         for cell in cells:
-            if cell.id not in results or (interrupted and results[cell.id].status in {Status.CRASHED, Status.TIMEOUT}):
+            if cell.id not in results:
                 env = envs[env_spec(cell.runtime)]
-                results[cell.id] = self.unrun(
-                    cell, builds[cell.build], "not run: the run was interrupted", env, run_dir
-                )
+                result = self.unrun(cell, builds[cell.build], "not run: the run was interrupted", env, run_dir)
+                results[cell.id] = self._record(result, run_dir / "cells" / cell.id)
         run = RunResult(
             run_id=run_id,
             started=started.isoformat(timespec="seconds"),
@@ -188,19 +206,37 @@ class Pipeline:
         return run, run_dir
 
     def predict_cells(self, envs: dict[EnvSpec, Env], builds: dict[Build, BuildResult]) -> dict[str, Prediction]:
-        """Every cell predicted from ELF symbols (the build's imports, the runtime's exports) before any runs."""
+        """Every cell predicted from ELF symbols (the build's imports, the runtime's exports) before any runs.
+
+        A file that cannot be read as ELF (a damaged library) leaves its cells unpredicted, with a
+        warning; prediction is advice, and the cells still run.
+        """
         started = time.monotonic()
         manifest = packaged_manifest()
-        imports = {b: ArtifactImports.of(read_artifact(r.wheel)) for b, r in builds.items() if r.ok and r.wheel}
-        exports: dict[EnvSpec, frozenset[str]] = {}
+        imports: dict[Build, ArtifactImports] = {}
+        for build, result in builds.items():
+            if result.ok and result.wheel:
+                try:
+                    imports[build] = ArtifactImports.of(read_artifact(result.wheel))
+                except (ELFError, OSError, HarnessError) as exc:
+                    log.warning("%s: cannot read the built wheel's ELF symbols, no prediction: %s", build.id, exc)
+        exports: dict[EnvSpec, frozenset[str] | None] = {}
         predictions: dict[str, Prediction] = {}
         for cell in self.plan.cells:
             if cell.build not in imports:
                 continue
             env = envs[env_spec(cell.runtime)]
             if env.spec not in exports:
-                exports[env.spec] = library_exports(env.torch_lib, env.path / "harness-exports.json")
-            predictions[cell.id] = predict(imports[cell.build], env.torch_version, exports[env.spec], manifest, True)
+                try:
+                    exports[env.spec] = library_exports(env.torch_lib, env.path / "harness-exports.json")
+                except (ELFError, OSError, HarnessError) as exc:
+                    log.warning(
+                        "torch %s: cannot read its libraries' ELF symbols, no prediction: %s", env.torch_version, exc
+                    )
+                    exports[env.spec] = None
+            found = exports[env.spec]
+            if found is not None:
+                predictions[cell.id] = predict(imports[cell.build], env.torch_version, found, manifest, True)
         failing = sum(p.outcome is Predicted.LOAD_FAILED for p in predictions.values())
         self.observer.stage(
             "predict",
@@ -218,57 +254,116 @@ class Pipeline:
         threads: int,
         prediction: Prediction | None = None,
     ) -> CellResult:
+        """One cell, whatever happens: a fault of the harness on this cell makes it ERROR, and the run goes on."""
         out = run_dir / "cells" / cell.id
-        out.mkdir(parents=True, exist_ok=True)
-        if not build.ok:
-            result = self.unrun(cell, build, build.reason, env, run_dir, status=Status.BUILD_FAILED)
-        else:
-            timeout = cell.build.extension.timeout or self.timeout
-            designed = cell.build.extension.expect
-            execution = self.backend.run_cell(CellRequest(cell, env, build, out, timeout, threads))
-            outcome = classify(execution, timeout, execution.site)
-            if cell.runtime.device == "cuda" and outcome.status is Status.SKIPPED and self.options.require_gpu:
-                outcome = dataclasses.replace(outcome, status=Status.ERROR, reason=f"--require-gpu: {outcome.reason}")
-            probe = outcome.probe
-            startup = probe.get("plugin_started")
-            result = self._result(
-                cell,
-                outcome.status,
-                outcome.reason,
-                runtime_torch=probe.get("torch_version") or env.torch_version,
-                runtime_variant=env.variant,
-                tests=outcome.tests,
-                failing_tests=outcome.failing,
-                missing_symbol=outcome.missing_symbol,
-                durations={
-                    "total": execution.seconds,
-                    "build": build.seconds,
-                    "startup": (startup - execution.launched_at) if startup else None,
-                    "import_torch": probe.get("import_torch_s"),
-                    "load": probe.get("load_s"),
-                    "tests": outcome.tests_seconds,
-                },
-                prediction=prediction.to_json() if prediction else None,
-                doc_differences=outcome.doc_differences,
-                findings=(
-                    *build.findings,
-                    *findings(prediction, outcome.status.value, outcome.reason, outcome.missing_symbol, designed),
-                ),
-                logs=relative_logs(
-                    [
-                        ("stdout", execution.stdout),
-                        ("stderr", execution.stderr),
-                        ("junit", execution.junit),
-                        ("probe", execution.probe),
-                        ("build", build.log),
-                    ],
-                    run_dir,
-                ),
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            result = self._run_cell(cell, env, build, out, run_dir, threads, prediction)
+        except processes.Interrupted:
+            result = self.unrun(cell, build, "not run: the run was interrupted", env, run_dir)
+        except Exception as exc:  # never let one cell's fault of the harness lose the run
+            log.warning("%s: the harness failed on this cell", cell.id, exc_info=True)
+            result = self.unrun(
+                cell, build, f"the harness failed on this cell: {type(exc).__name__}: {exc}", env, run_dir
             )
+        return self._record(result, out)
+
+    def _record(self, result: CellResult, out: Path) -> CellResult:
+        """Write the cell's result.json (atomically, replacing whatever a cell planted there); a cell
+        whose result cannot be written is ERROR, naming the path, and the run goes on."""
         target = out / "result.json"
-        target.unlink(missing_ok=True)  # never write through a link a cell may have planted
-        target.write_text(json.dumps(result.to_json(), indent=2) + "\n")
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            write_json(target, result.to_json())
+        except OSError as exc:
+            log.warning("%s: cannot write %s: %s", result.id, target, exc)
+            if result.status is not Status.ERROR:
+                result = dataclasses.replace(
+                    result,
+                    status=Status.ERROR,
+                    verdict=judge(result.expected, Status.ERROR),
+                    reason=f"could not write {target}: {exc.strerror or exc} (the cell ended {result.status.value}: "
+                    f"{result.reason})",
+                )
         return result
+
+    def _run_cell(
+        self,
+        cell: Cell,
+        env: Env,
+        build: BuildResult,
+        out: Path,
+        run_dir: Path,
+        threads: int,
+        prediction: Prediction | None,
+    ) -> CellResult:
+        if not build.ok:
+            status = Status.ERROR if build.infrastructure else Status.BUILD_FAILED
+            return self.unrun(cell, build, build.reason, env, run_dir, status=status)
+        timeout = cell.build.extension.timeout or self.timeout
+        designed = cell.build.extension.expect
+        execution = self.backend.run_cell(CellRequest(cell, env, build, out, timeout, threads))
+        outcome = classify(execution, timeout, execution.site)
+        if cell.runtime.device == "cuda" and outcome.status is Status.SKIPPED and self.options.require_gpu:
+            outcome = dataclasses.replace(outcome, status=Status.ERROR, reason=f"--require-gpu: {outcome.reason}")
+        if processes.REGISTRY.stopping.is_set() and outcome.status not in {Status.PASS, Status.SKIPPED}:
+            outcome = dataclasses.replace(
+                outcome,
+                status=Status.ERROR,
+                reason=f"interrupted after {execution.seconds:.0f} s: the run was stopped while this cell ran",
+            )
+        elif outcome.status in SUSPECT:
+            damage = self._damage(env, build)
+            if damage:
+                outcome = dataclasses.replace(
+                    outcome,
+                    status=Status.ERROR,
+                    reason=f"{damage} (the cell ended {outcome.status.value}: {outcome.reason})",
+                )
+        probe = outcome.probe
+        startup = probe.get("plugin_started")
+        return self._result(
+            cell,
+            outcome.status,
+            outcome.reason,
+            runtime_torch=probe.get("torch_version") or env.torch_version,
+            runtime_variant=env.variant,
+            tests=outcome.tests,
+            failing_tests=outcome.failing,
+            missing_symbol=outcome.missing_symbol,
+            durations={
+                "total": execution.seconds,
+                "build": build.seconds,
+                "startup": (startup - execution.launched_at) if startup else None,
+                "import_torch": probe.get("import_torch_s"),
+                "load": probe.get("load_s"),
+                "tests": outcome.tests_seconds,
+            },
+            prediction=prediction.to_json() if prediction else None,
+            doc_differences=outcome.doc_differences,
+            findings=(
+                *build.findings,
+                *findings(prediction, outcome.status.value, outcome.reason, outcome.missing_symbol, designed),
+            ),
+            logs=relative_logs(
+                [
+                    ("stdout", execution.stdout),
+                    ("stderr", execution.stderr),
+                    ("junit", execution.junit),
+                    ("probe", execution.probe),
+                    ("build", build.log),
+                ],
+                run_dir,
+            ),
+        )
+
+    def _damage(self, env: Env, build: BuildResult) -> str | None:
+        """After a cell failed: is what it ran on still as verified at the start? If not, the failure
+        is no evidence about the extension."""
+        damage = self.builder.verify(build)
+        if damage:
+            return f"the build {build.build.id} was damaged during the run: {damage}"
+        return None
 
     def unrun(
         self,
@@ -317,10 +412,14 @@ class Pipeline:
 
 
 def _with_log_in(run_dir: Path, result: BuildResult) -> BuildResult:
-    """A copy of the build log in the run's report, so the report stands on its own."""
+    """A copy of the build log in the run's report, so the report stands on its own (if it can be copied)."""
     log_copy = run_dir / "builds" / f"{result.build.id}.log"
-    log_copy.parent.mkdir(exist_ok=True)
-    shutil.copyfile(result.log, log_copy)
+    try:
+        log_copy.parent.mkdir(exist_ok=True)
+        shutil.copyfile(result.log, log_copy)
+    except OSError as exc:
+        log.warning("%s: build log not copied into the report: %s", result.build.id, exc)
+        return result
     return dataclasses.replace(result, log=log_copy)
 
 

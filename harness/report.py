@@ -6,12 +6,13 @@ import dataclasses
 import json
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from harness.collect import CaseCounts, DocDifference
-from harness.errors import ExitCode
+from harness.errors import ExitCode, InfrastructureError
+from harness.files import write_atomic
 from harness.verdict import Expected, Status, Verdict
 
 RESULTS_SCHEMA_VERSION = 3  # 2: each cell has its static prediction and findings; 3: and its doc_differences
@@ -343,16 +344,42 @@ def junit_xml(run: RunResult) -> str:
 
 
 def write_report(run: RunResult, out_dir: Path) -> dict[str, Path]:
+    """results.json, summary.md and junit.xml, each whole or not at all; every one is tried, and a
+    failure names the files that could not be written (ReportError, after the others are written)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     files = {
         "results": out_dir / "results.json",
         "summary": out_dir / "summary.md",
         "junit": out_dir / "junit.xml",
     }
-    files["results"].write_text(json.dumps(run.to_json(), indent=2, ensure_ascii=False) + "\n")
-    files["summary"].write_text(summary_markdown(run))
-    files["junit"].write_text(junit_xml(run))
+    render: dict[str, Callable[[], str]] = {
+        "results": lambda: json.dumps(run.to_json(), indent=2, ensure_ascii=False) + "\n",
+        "summary": lambda: summary_markdown(run),
+        "junit": lambda: junit_xml(run),
+    }
+    failed: list[str] = []
+    for name, path in files.items():
+        try:
+            write_atomic(path, render[name]())
+        except OSError as exc:
+            failed.append(f"{path}: {exc.strerror or exc}")
+    if failed:
+        raise ReportError(run, out_dir, failed)
     return files
+
+
+class ReportError(InfrastructureError):
+    """Some report files could not be written; the run's results are still in hand (and on the terminal)."""
+
+    def __init__(self, run: RunResult, out_dir: Path, failed: Sequence[str]) -> None:
+        self.run = run
+        self.out_dir = out_dir
+        self.failed = list(failed)
+        super().__init__(
+            f"the report in {out_dir} is incomplete: could not write\n"
+            + "\n".join(f"  - {f}" for f in self.failed)
+            + "\n  free disk space or fix the directory's permissions, then run again"
+        )
 
 
 def load_results(path: Path) -> RunResult:

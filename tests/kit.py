@@ -2,6 +2,7 @@
 results, and small real stable-ABI extensions made on the fly."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -24,9 +25,13 @@ def harness(
     )
 
 
-def start_harness(*args: str | Path, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+def start_harness(
+    *args: str | Path, cwd: Path, env: dict[str, str] | None = None, session: bool = False
+) -> subprocess.Popen[str]:
     """The harness in the background, with SIGINT at its default even when this test run ignores it
-    (a shell's background job does): Python then turns it into KeyboardInterrupt, as for a user."""
+    (a shell's background job does): Python then turns it into KeyboardInterrupt, as for a user.
+    session=True makes it the leader of its own process group, as a terminal's job is, so a test
+    can send a signal to the whole group the way Ctrl-C does."""
     return subprocess.Popen(
         [sys.executable, "-m", "harness", *map(str, args)],
         cwd=cwd,
@@ -34,6 +39,7 @@ def start_harness(*args: str | Path, cwd: Path, env: dict[str, str] | None = Non
         stderr=subprocess.STDOUT,
         text=True,
         env=env,
+        start_new_session=session,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
@@ -127,3 +133,22 @@ def make_extension(root: Path, name: str, test_source: str | None, cpp: str = CP
     if test_source is not None:
         (ext / "tests" / f"test_{name}.py").write_text(textwrap.dedent(test_source).replace("@NS@", name))
     return ext
+
+
+def processes_mentioning(marker: str) -> list[str]:
+    """Live processes (other than this one) whose command line or environment mentions marker: what a
+    run left behind. Zombies are dead and ignored."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                continue
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            environ = (entry / "environ").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if marker in cmdline or marker in environ:
+            found.append(f"{entry.name}: {cmdline.strip()[:200]}")
+    return found

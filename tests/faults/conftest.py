@@ -62,9 +62,10 @@ class Workspace:
         """`python -m harness run` on this workspace, to completion."""
         return harness(*self.args(*more), cwd=self.root, timeout=timeout, env=self.env)
 
-    def start(self, *more: str | Path) -> subprocess.Popen[str]:
-        """The same in the background, e.g. to interrupt it."""
-        return start_harness(*self.args(*more), cwd=self.root, env=self.env)
+    def start(self, *more: str | Path, session: bool = True) -> subprocess.Popen[str]:
+        """The same in the background, leading its own process group (as a terminal's job does),
+        e.g. to interrupt it."""
+        return start_harness(*self.args(*more), cwd=self.root, env=self.env, session=session)
 
     def results(self) -> dict[str, Any]:
         data: dict[str, Any] = json.loads((self.reports / "latest" / "results.json").read_text())

@@ -145,3 +145,22 @@ def test_files_a_cell_planted_are_not_followed(tmp_path: Path) -> None:
     assert read_junit(tmp_path / "junit.xml") is None
     assert read_untrusted(secret) == b'{"phase": "finished"}'
     assert read_untrusted(secret, limit=4) is None  # larger than the limit
+
+
+@pytest.mark.parametrize("probe", [{"phase": "import_torch"}, None], ids=["during-import-torch", "before-the-probe"])
+def test_a_crash_before_the_extension_loaded_is_an_error_not_a_crash(tmp_path: Path, probe: dict | None) -> None:
+    """D4: a runtime that dies in `import torch` says nothing about the extension, which was never loaded."""
+    outcome = classify(cell(tmp_path, -11, probe, None), 60, None)
+    assert outcome.status is Status.ERROR
+    assert "SIGSEGV" in outcome.reason and "before the extension was loaded" in outcome.reason
+
+
+def test_a_hang_before_the_extension_loaded_is_an_error_not_a_timeout(tmp_path: Path) -> None:
+    outcome = classify(cell(tmp_path, None, {"phase": "import_torch"}, None, timed_out=True), 7, None)
+    assert outcome.status is Status.ERROR
+    assert outcome.reason == "no result after 7 s, killed during import torch, before the extension was loaded"
+
+
+def test_a_crash_while_loading_the_extension_is_the_extensions(tmp_path: Path) -> None:
+    outcome = classify(cell(tmp_path, -11, {"phase": "load"}, None), 60, None)
+    assert (outcome.status, outcome.reason) == (Status.CRASHED, "killed by SIGSEGV during load")

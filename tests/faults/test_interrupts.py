@@ -1,0 +1,73 @@
+"""Interrupts: a signal stops every stage promptly, leaves no process behind, and what a cell's own
+files say agrees with the run's report."""
+
+import json
+import os
+import signal
+import time
+
+import pytest
+from kit import processes_mentioning
+
+SLEEPS = """
+import time
+
+from @NS@ import ops
+
+def test_sleeps():
+    assert ops.answer() == 41
+    time.sleep(120)
+"""
+
+
+def _wait_for(predicate, what: str, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"never happened: {what}")
+
+
+def test_B3_a_cell_killed_by_the_interrupt_reads_the_same_in_its_own_file_and_the_report(workspace) -> None:
+    """B3: before, the killed cell's cells/<id>/result.json said CRASHED (broken) while results.json said
+    ERROR 'not run', though it had run for seconds. Both must say ERROR, interrupted after N s."""
+    workspace.add_extension("sleeper", SLEEPS)
+    workspace.write_matrix("  - extension: sleeper\n    torch: 2.13.0\n    target: '2.10'\n")
+    proc = workspace.start()
+    probe = lambda: next(workspace.reports.glob("*/cells/*/probe.json"), None)  # noqa: E731
+    _wait_for(lambda: probe() is not None and '"tests"' in probe().read_text(), "the cell's tests started")
+    time.sleep(1)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 3, out
+    results = json.loads((probe().parent.parent.parent / "results.json").read_text())
+    assert results["interrupted"] is True
+    (cell,) = results["cells"]
+    own = json.loads((probe().parent / "result.json").read_text())
+    assert (cell["status"], cell["verdict"]) == ("ERROR", "error")
+    assert cell["reason"].startswith("interrupted after ")
+    assert (own["status"], own["reason"]) == (cell["status"], cell["reason"])
+
+
+@pytest.mark.parametrize(
+    "signals", [[signal.SIGTERM], [signal.SIGINT, signal.SIGINT]], ids=["B4-SIGTERM", "B5-2xSIGINT"]
+)
+def test_an_interrupt_during_env_creation_stops_uv_at_once_and_leaves_nothing(
+    workspace, private_uv_cache, signals
+) -> None:
+    """B4: SIGTERM while uv makes an env was acted on only when the env was done (22 s); B5: two
+    SIGINTs left `uv pip install` writing into the cache. Now: exit 3 within seconds, no process left."""
+    proc = workspace.start()
+    _wait_for(lambda: any("pip install" in p for p in processes_mentioning(str(private_uv_cache))), "uv installing")
+    started = time.monotonic()
+    for sig in signals:
+        os.killpg(proc.pid, sig)
+        time.sleep(0.2)
+    out, _ = proc.communicate(timeout=60)
+    stopped = time.monotonic() - started
+    assert proc.returncode == 3, out
+    assert stopped < 10, f"took {stopped:.1f} s to stop"
+    time.sleep(0.5)
+    assert processes_mentioning(str(private_uv_cache)) == []
+    assert processes_mentioning(str(workspace.cache)) == []
