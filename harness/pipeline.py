@@ -34,6 +34,7 @@ from harness.verdict import Status, judge, promise
 log = logging.getLogger(__name__)
 # Outcomes that would count against the extension: before one stands, what the cell ran on is checked again.
 SUSPECT = {Status.TEST_FAILED, Status.LOAD_FAILED, Status.CRASHED, Status.TIMEOUT, Status.ERROR}
+LOW_DISK_BYTES = 16 * 2**20  # less free space than this where a cell writes: its failure proves nothing
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -313,7 +314,7 @@ class Pipeline:
                 reason=f"interrupted after {execution.seconds:.0f} s: the run was stopped while this cell ran",
             )
         elif outcome.status in SUSPECT:
-            damage = self._damage(env, build)
+            damage = self._damage(env, build, out)
             if damage:
                 outcome = dataclasses.replace(
                     outcome,
@@ -357,12 +358,18 @@ class Pipeline:
             ),
         )
 
-    def _damage(self, env: Env, build: BuildResult) -> str | None:
-        """After a cell failed: is what it ran on still as verified at the start? If not, the failure
-        is no evidence about the extension."""
+    def _damage(self, env: Env, build: BuildResult, out: Path) -> str | None:
+        """After a cell failed: is what it ran on still as verified at the start, and did it have room
+        to write? If not, the failure is no evidence about the extension."""
         damage = self.builder.verify(build)
         if damage:
             return f"the build {build.build.id} was damaged during the run: {damage}"
+        try:
+            free = shutil.disk_usage(out).free
+        except OSError:
+            free = None
+        if free is not None and free < LOW_DISK_BYTES:
+            return f"the disk holding {out} is full ({free} bytes free)"
         return None
 
     def unrun(

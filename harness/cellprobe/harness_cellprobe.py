@@ -28,10 +28,20 @@ _record: dict[str, Any] = {}
 
 
 def _write() -> None:
+    """Replace the probe file whole; when it cannot be written (a full disk), leave no temp file and
+    go on: the harness then reads the last whole record, or none."""
     path = os.environ["HARNESS_PROBE_FILE"]
-    with open(path + ".tmp", "w") as handle:
-        json.dump(_record, handle, indent=1)
-    os.replace(path + ".tmp", path)
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "w") as handle:
+            json.dump(_record, handle, indent=1)
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        sys.stderr.write(f"harness_cellprobe: cannot write {path}: {exc}\n")
 
 
 def _error_chain(exc: BaseException) -> list[str]:

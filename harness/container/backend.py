@@ -31,6 +31,7 @@ from harness.container import images
 from harness.container.engine import LABEL, Engine, EngineError
 from harness.envs import Env
 from harness.errors import BadInputError
+from harness.files import write_atomic
 from harness.plan import Runtime
 from harness.run import PROBE_DIR, CellExecution, CellRequest, cell_config, cell_environ, pytest_argv
 from harness.sources import ResolvedSources
@@ -125,7 +126,7 @@ class DockerBackend:
         )
         argv = pytest_argv(image.python, TESTS, OUT, config_inside)
         kwargs = self.container_kwargs(request, image, mounts, work, environ)
-        (out / "command.txt").write_text(docker_run_line(image.name, argv, kwargs) + "\n")
+        write_atomic(out / "command.txt", docker_run_line(image.name, argv, kwargs) + "\n")
         owner = _hand_to_cell_user(work)
         try:
             return self._run(image.name, argv, kwargs, out, work, request.timeout)
@@ -260,8 +261,8 @@ def _execution(
 def _decided(out: Path, work: Path, status: Status, reason: str) -> CellExecution:
     """A cell the backend ended without a pytest result; the reason goes to its stderr.log too."""
     execution = _execution(out, work, None, False, time.time(), 0.0)
-    execution.stdout.write_text("")
-    execution.stderr.write_text(reason + "\n")
+    write_atomic(execution.stdout, "")
+    write_atomic(execution.stderr, reason + "\n")
     return dataclasses.replace(execution, decided=(status, reason))
 
 

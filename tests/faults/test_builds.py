@@ -78,5 +78,5 @@ def test_a_damaged_cached_build_is_built_again(workspace, private_uv_cache, prob
     damage(workspace)
     again = workspace.run()
     assert again.returncode == 0, again.stdout
-    assert "the cached build was damaged, built again" in again.stdout
+    assert "the cached build was damaged and was built again" in again.stdout
     assert workspace.only_cell()["status"] == "PASS"
