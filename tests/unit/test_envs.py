@@ -2,6 +2,7 @@
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -185,3 +186,15 @@ def test_variant_detection(version: str, cuda: str | None, variant: str) -> None
 def test_pinned_variant_is_a_local_version_requirement() -> None:
     assert EnvSpec(Version("2.13.0"), "cpu", "3.11").requirement == "torch==2.13.0+cpu"
     assert SPEC.requirement == "torch==2.13.0"
+
+
+def test_stamps_proven_intact_are_saved_so_the_next_verify_only_stats(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manager = fake_env(tmp_path)
+    env = reused(manager)
+    time.sleep(0.02)  # file times tick coarsely: the new link must move ctime
+    os.link(env.site_packages / LIBTORCH, tmp_path / "another-env-copy")
+    assert manager.verify(env) is None
+    monkeypatch.setattr(integrity, "_sha256", lambda path: pytest.fail(f"hashed {path} again"))
+    assert manager.verify(env) is None
