@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from kit import harness
 
 from harness import integrity
 
@@ -106,3 +107,16 @@ def test_E8_a_pth_file_dropped_into_site_packages_is_named_and_the_env_rebuilt(w
 
     damage_between_runs(workspace, drop)
     assert not (site_packages(workspace) / "zz_sabotage.pth").exists()
+
+
+@pytest.mark.usefixtures("private_uv_cache")
+def test_an_env_made_before_fingerprints_is_proven_against_RECORD_and_reused_not_rebuilt(workspace: Workspace) -> None:
+    first = workspace.run()
+    assert first.returncode == 0, first.stdout
+    fingerprint = site_packages(workspace).parents[2] / integrity.FINGERPRINT
+    fingerprint.unlink()  # what an env made by an older harness lacks
+    second = harness("-v", *workspace.args(), cwd=workspace.root, env=workspace.env)
+    assert second.returncode == 0, second.stdout
+    assert "has no fingerprint yet: hashing its files against RECORD once" in second.stdout
+    assert "env torch 2.13.0+cpu (cpu): reused" in second.stdout
+    assert integrity.load(fingerprint) is not None
