@@ -1,4 +1,8 @@
-"""uv virtualenvs, one per (torch release, variant, python): made once, verified on reuse, locked while made."""
+"""uv virtualenvs, one per (torch release, variant, python): made once, verified on reuse, locked while made.
+
+Verified means every installed file is still what its distribution's RECORD says (harness.integrity):
+a damaged env is named and rebuilt, never handed to a cell whose failure it would then explain.
+"""
 
 from __future__ import annotations
 
@@ -13,12 +17,12 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from packaging.version import Version
 
-from harness import commands
+from harness import commands, integrity
 from harness.errors import CommandError, InfrastructureError, ResolutionError
 from harness.sources import ResolvedSources, uv_binary
 
@@ -54,6 +58,7 @@ class Env:
     variant: str  # detected from the installed wheel: 'cpu', 'cu128', ...
     created_seconds: float
     reused: bool
+    repaired: str | None = None  # the damage this env was rebuilt for, one line; None when it was intact
 
     @property
     def python(self) -> Path:
@@ -61,10 +66,7 @@ class Env:
 
     @property
     def site_packages(self) -> Path:
-        found = sorted(self.path.glob("lib/python*/site-packages"))
-        if not found:
-            raise InfrastructureError(f"{self.path}: no lib/python*/site-packages")
-        return found[0]
+        return site_packages(self.path)
 
     @property
     def torch_lib(self) -> Path:
@@ -72,6 +74,13 @@ class Env:
         if not lib.is_dir():
             raise InfrastructureError(f"{self.path}: torch/lib not found")
         return lib
+
+
+def site_packages(env_path: Path) -> Path:
+    found = sorted(env_path.glob("lib/python*/site-packages"))
+    if not found:
+        raise InfrastructureError(f"{env_path}: no lib/python*/site-packages")
+    return found[0]
 
 
 def detect_variant(torch_version: str, cuda: str | None) -> str:
@@ -104,7 +113,37 @@ class EnvManager:
         return self.root / spec.key
 
     def cached(self, spec: EnvSpec) -> Env | None:
-        """The env if it exists and its marker matches what is installed; None otherwise."""
+        """The env if it exists, its marker matches what is installed and no file is damaged; None otherwise."""
+        env = self._marked(spec)
+        return env if env is not None and not self._damage(env) else None
+
+    def verify(self, env: Env) -> str | None:
+        """None if env's files are what RECORD says and site-packages holds nothing else; else the damage in one line.
+
+        Cheap enough to ask after every cell that errs: one stat per file (0.1 s for 20,000
+        files), a hash only of files whose stamp moved. ensure() rebuilds a damaged env.
+        """
+        damage = self._damage(env)
+        return integrity.describe(damage) if damage else None
+
+    def _damage(self, env: Env) -> list[integrity.Damage]:
+        saved = env.path / integrity.FINGERPRINT
+        fingerprint = integrity.load(saved)
+        if fingerprint is None:
+            # An env made before fingerprints: proven against RECORD once rather than rebuilt.
+            log.info("%s has no fingerprint yet: hashing its files against RECORD once", env.path.name)
+            damage, refreshed = integrity.take(env.site_packages)
+        else:
+            damage, refreshed = integrity.check(env.site_packages, fingerprint)
+        if not damage and refreshed != fingerprint:
+            try:  # best effort: an unsaved fingerprint costs hashes next time, nothing else
+                integrity.save(saved, refreshed)
+            except OSError as exc:
+                log.debug("could not save %s: %s", saved, exc)
+        return damage
+
+    def _marked(self, spec: EnvSpec) -> Env | None:
+        """The env if it exists and its marker matches the torch it holds (a few reads, no hashing)."""
         path = self.path(spec)
         marker = path / MARKER
         try:
@@ -163,11 +202,29 @@ class EnvManager:
         """The env for spec, made if missing or broken. Safe when several runs ask at once."""
         self.root.mkdir(parents=True, exist_ok=True)
         with locked(self.root / f"{spec.key}.lock"):
-            env = self.cached(spec)
-            if env is not None:
+            env = self._marked(spec)
+            if env is None:
+                return self._create(spec)
+            damage = self._damage(env)
+            if not damage:
                 log.debug("reusing %s", env.path)
                 return env
-            return self._create(spec)
+            what = integrity.describe(damage)
+            log.warning("%s is damaged: %s; rebuilding it", env.path, what)
+            shutil.rmtree(env.path)
+            # Written in place, the file is damaged wherever it is hardlinked, uv's cache included:
+            # a rebuild from that cache would link the same damage again.
+            self._forget(d.distribution for d in damage if d.shared and d.distribution)
+            return dataclasses.replace(self._create(spec), repaired=what)
+
+    def _forget(self, distributions: Iterable[str]) -> None:
+        """Remove distributions from uv's cache (waits for other uv processes using it)."""
+        names = sorted(set(distributions))
+        if names:
+            log.warning(
+                "removing %s from uv's cache: its files there are hardlinks of the damaged ones", " ".join(names)
+            )
+            commands.run([self.uv, "cache", "clean", *names], timeout=600)
 
     def _requirements(self, spec: EnvSpec) -> list[str]:
         return [spec.requirement, *RUNNER_REQUIREMENTS]
@@ -179,22 +236,8 @@ class EnvManager:
             shutil.rmtree(path)
         started = time.monotonic()
         log.info("creating %s (%s)", path, spec.requirement)
+        fingerprint = self._install(spec, path)
         try:
-            commands.run([self.uv, "venv", "--quiet", "--python", spec.python, path], timeout=300)
-            commands.run(
-                [
-                    self.uv,
-                    "pip",
-                    "install",
-                    "--quiet",
-                    "--compile-bytecode",
-                    "--python",
-                    path / "bin" / "python",
-                    *self.sources.uv_args(),
-                    *self._requirements(spec),
-                ],
-                timeout=3600,
-            )
             # One real import proves the wheel set is complete (a CUDA wheel without its
             # nvidia-* dependencies installs fine and fails here).
             commands.run([path / "bin" / "python", "-c", "import torch"], timeout=300)
@@ -219,9 +262,57 @@ class EnvManager:
             "seconds": round(seconds, 2),
             "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         }
+        integrity.save(path / integrity.FINGERPRINT, fingerprint)
         (path / MARKER).write_text(json.dumps(meta, indent=2) + "\n")
         log.info("created %s in %.1f s (torch %s)", path.name, seconds, torch_version)
         return Env(spec, path, torch_version, variant, seconds, reused=False)
+
+    def _install(self, spec: EnvSpec, path: Path) -> integrity.Fingerprint:
+        """A venv with spec's requirements, every file hashed against RECORD: its fingerprint.
+
+        Installed files are hardlinks of uv's cache, so a file written in place in any env of
+        this release arrives damaged: such distributions are removed from uv's cache and
+        installed again, once; damage that survives that is an error naming the file.
+        """
+        damage, fingerprint = self._install_once(spec, path)
+        distributions = {d.distribution for d in damage if d.distribution}
+        if distributions:
+            log.warning("%s: installed damaged from uv's cache: %s", path.name, integrity.describe(damage))
+            self._forget(distributions)
+            damage, fingerprint = self._install_once(spec, path)
+        if damage:
+            raise InfrastructureError(
+                f"{path.name}: damaged as installed: {integrity.describe(damage)}\n"
+                "  uv's cache may hold damaged files: run `uv cache clean` "
+                "(or point UV_CACHE_DIR at a fresh directory) and run again"
+            )
+        return fingerprint
+
+    def _install_once(self, spec: EnvSpec, path: Path) -> tuple[list[integrity.Damage], integrity.Fingerprint]:
+        """venv and install, then the full hash; a damaged result is removed."""
+        try:
+            commands.run([self.uv, "venv", "--quiet", "--python", spec.python, path], timeout=300)
+            commands.run(
+                [
+                    self.uv,
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--compile-bytecode",
+                    "--python",
+                    path / "bin" / "python",
+                    *self.sources.uv_args(),
+                    *self._requirements(spec),
+                ],
+                timeout=3600,
+            )
+        except CommandError:
+            shutil.rmtree(path, ignore_errors=True)
+            raise
+        damage, fingerprint = integrity.take(site_packages(path))
+        if damage:
+            shutil.rmtree(path, ignore_errors=True)
+        return damage, fingerprint
 
 
 @contextlib.contextmanager

@@ -1,12 +1,17 @@
 """Env reuse is verified against what is installed (small real directory layouts, no torch)."""
 
 import json
+import os
+import time
 from pathlib import Path
 
 import pytest
+from fakesite import LIBTORCH, fake_site, write_distribution
 from packaging.version import Version
 
-from harness.envs import ENV_FORMAT, MARKER, RUNNER_REQUIREMENTS, EnvManager, EnvSpec, detect_variant
+from harness import integrity
+from harness.envs import ENV_FORMAT, MARKER, RUNNER_REQUIREMENTS, Env, EnvManager, EnvSpec, detect_variant
+from harness.errors import InfrastructureError
 from harness.sources import ResolvedSources
 
 SPEC = EnvSpec(Version("2.13.0"), "auto", "3.11")
@@ -17,9 +22,7 @@ def fake_env(root: Path, torch_version: str = "2.13.0+cpu", marker_version: str 
     path = manager.path(SPEC)
     (path / "bin").mkdir(parents=True)
     (path / "bin" / "python").write_text("")
-    torch_dir = path / "lib" / "python3.11" / "site-packages" / "torch"
-    torch_dir.mkdir(parents=True)
-    (torch_dir / "version.py").write_text(f"__version__ = '{torch_version}'\ncuda: Optional[str] = None\n")
+    fake_site(path, torch_version)
     meta = {
         "format": ENV_FORMAT,
         "requirements": [SPEC.requirement, *RUNNER_REQUIREMENTS],
@@ -34,6 +37,118 @@ def fake_env(root: Path, torch_version: str = "2.13.0+cpu", marker_version: str 
 def test_a_complete_env_is_reused(tmp_path: Path) -> None:
     env = fake_env(tmp_path).cached(SPEC)
     assert env is not None and env.reused and env.torch_version == "2.13.0+cpu"
+
+
+def test_an_env_older_than_fingerprints_is_proven_once_then_fingerprinted(tmp_path: Path) -> None:
+    manager = fake_env(tmp_path)
+    saved = manager.path(SPEC) / integrity.FINGERPRINT
+    assert not saved.exists()
+    assert manager.cached(SPEC) is not None
+    fingerprint = integrity.load(saved)
+    assert fingerprint is not None and LIBTORCH in fingerprint.files
+
+
+def test_an_env_older_than_fingerprints_with_damage_is_not_trusted(tmp_path: Path) -> None:
+    manager = fake_env(tmp_path)
+    (manager.path(SPEC) / "lib/python3.11/site-packages" / LIBTORCH).write_bytes(b"")
+    assert manager.cached(SPEC) is None
+    assert not (manager.path(SPEC) / integrity.FINGERPRINT).exists()
+
+
+def reused(manager: EnvManager) -> Env:
+    env = manager.cached(SPEC)
+    assert env is not None
+    return env
+
+
+def test_D1_verify_names_a_deleted_library(tmp_path: Path) -> None:
+    manager = fake_env(tmp_path)
+    env = reused(manager)
+    assert manager.verify(env) is None
+    (env.site_packages / LIBTORCH).unlink()
+    assert manager.verify(env) == f"{LIBTORCH}: missing"
+    assert manager.cached(SPEC) is None
+
+
+def test_E8_verify_names_a_dropped_pth_file(tmp_path: Path) -> None:
+    manager = fake_env(tmp_path)
+    env = reused(manager)
+    (env.site_packages / "sabotage.pth").write_text("import sys; sys.modules['torch'] = None\n")
+    assert manager.verify(env) == "sabotage.pth: in no distribution's RECORD"
+
+
+class Rebuilds:
+    """_create and _forget recorded instead of run: what ensure() asks for, and in which order."""
+
+    def __init__(self, manager: EnvManager, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls: list[tuple[str, ...]] = []
+
+        def create(spec: EnvSpec) -> Env:
+            self.calls.append(("create", str(manager.path(spec).exists())))
+            return Env(spec, manager.path(spec), "2.13.0+cpu", "cpu", 1.0, reused=False)
+
+        monkeypatch.setattr(manager, "_create", create)
+        monkeypatch.setattr(manager, "_forget", lambda names: self.calls.append(("forget", *sorted(names))))
+
+
+def test_ensure_rebuilds_a_damaged_env_and_names_the_damage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    manager = fake_env(tmp_path)
+    library = reused(manager).site_packages / LIBTORCH
+    rebuilds = Rebuilds(manager, monkeypatch)
+    library.unlink()
+    env = manager.ensure(SPEC)
+    # A deleted file leaves uv's cache intact: nothing is removed from it.
+    assert rebuilds.calls == [("forget",), ("create", "False")]
+    assert env.repaired == f"{LIBTORCH}: missing" and not env.reused
+
+
+def test_D4_ensure_removes_a_file_damaged_in_place_from_uvs_cache_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manager = fake_env(tmp_path)
+    library = reused(manager).site_packages / LIBTORCH
+    os.link(library, tmp_path / "uv-cache-copy")
+    rebuilds = Rebuilds(manager, monkeypatch)
+    os.truncate(library, 0)
+    env = manager.ensure(SPEC)
+    assert rebuilds.calls == [("forget", "torch"), ("create", "False")]
+    assert env.repaired is not None and env.repaired.startswith(f"{LIBTORCH}: size 0, RECORD says")
+
+
+def test_an_intact_env_is_reused_by_ensure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    manager = fake_env(tmp_path)
+    rebuilds = Rebuilds(manager, monkeypatch)
+    env = manager.ensure(SPEC)
+    assert rebuilds.calls == [] and env.reused and env.repaired is None
+
+
+def test_a_rebuild_that_links_the_damaged_file_again_is_an_error_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Damage that survives removing the distribution from uv's cache is never handed to a cell."""
+    manager = fake_env(tmp_path)
+    site = tmp_path / "damaged-site"
+    write_distribution(site, "torch", "2.13.0+cpu", {LIBTORCH: b"\x7fELF"})
+    (site / LIBTORCH).write_bytes(b"\0\0\0\0")
+    forgotten: list[list[str]] = []
+    monkeypatch.setattr(manager, "_install_once", lambda spec, path: integrity.take(site))
+    monkeypatch.setattr(manager, "_forget", lambda names: forgotten.append(sorted(names)))
+    with pytest.raises(InfrastructureError, match=f"damaged as installed: {LIBTORCH}: content differs from RECORD"):
+        manager._install(SPEC, manager.path(SPEC))
+    assert forgotten == [["torch"]]
+
+
+def test_a_rebuild_cured_by_removing_the_distribution_from_uvs_cache_is_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manager = fake_env(tmp_path)
+    good = fake_site(tmp_path / "good")
+    bad = fake_site(tmp_path / "bad")
+    (bad / LIBTORCH).write_bytes(b"")
+    attempts = iter([bad, good])
+    monkeypatch.setattr(manager, "_install_once", lambda spec, path: integrity.take(next(attempts)))
+    monkeypatch.setattr(manager, "_forget", lambda names: None)
+    assert LIBTORCH in manager._install(SPEC, manager.path(SPEC)).files
 
 
 def test_an_env_whose_torch_changed_is_not_trusted(tmp_path: Path) -> None:
@@ -71,3 +186,15 @@ def test_variant_detection(version: str, cuda: str | None, variant: str) -> None
 def test_pinned_variant_is_a_local_version_requirement() -> None:
     assert EnvSpec(Version("2.13.0"), "cpu", "3.11").requirement == "torch==2.13.0+cpu"
     assert SPEC.requirement == "torch==2.13.0"
+
+
+def test_stamps_proven_intact_are_saved_so_the_next_verify_only_stats(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manager = fake_env(tmp_path)
+    env = reused(manager)
+    time.sleep(0.02)  # file times tick coarsely: the new link must move ctime
+    os.link(env.site_packages / LIBTORCH, tmp_path / "another-env-copy")
+    assert manager.verify(env) is None
+    monkeypatch.setattr(integrity, "_sha256", lambda path: pytest.fail(f"hashed {path} again"))
+    assert manager.verify(env) is None

@@ -1,0 +1,122 @@
+"""Probes D1, D4, E7 and E8, after the fact: an env damaged between two runs is named, rebuilt
+from an intact uv cache, and its cell passes again.
+
+Each probe breaks the env that the first run made, the way a lost file, a disk fault or a test
+suite would. Env files are hardlinks into uv's cache, so damage written in place reaches uv's
+cache too: every probe uses a private uv cache (`private_uv_cache`), which is also what lets the
+second run clean the damaged distribution out of it without touching anyone else's.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from kit import harness
+
+from harness import integrity
+
+if TYPE_CHECKING:  # several conftest modules share that name: at run time it may be another one
+    from conftest import Workspace
+
+LIBTORCH = "torch/lib/libtorch_cpu.so"
+
+
+def site_packages(workspace: Workspace) -> Path:
+    # Not workspace.env_dir(): its glob also matches the env's lock file beside it.
+    (site,) = (workspace.cache / "envs").glob("torch-2.13.0-*/lib/python*/site-packages")
+    return site
+
+
+def damage_between_runs(workspace: Workspace, damage: Callable[[Path], str]) -> str:
+    """Run, damage the env, run again: the second run names the damage (damage() says how), rebuilds the env, passes."""
+    first = workspace.run()
+    assert first.returncode == 0, first.stdout
+    named = damage(site_packages(workspace))
+    second = workspace.run()
+    assert f"is damaged: {named}; rebuilding it\n" in second.stdout, second.stdout
+    assert second.returncode == 0, second.stdout
+    assert workspace.only_cell()["status"] == "PASS"
+    # The rebuilt env is proven file by file against RECORD, not by its fingerprint of itself.
+    assert integrity.take(site_packages(workspace))[0] == []
+    return second.stdout
+
+
+def recorded_size(site: Path, path: str) -> int | None:
+    return integrity.read_records(site)[path][1]
+
+
+def keep_size_and_mtime_rewrite(path: Path, data: bytes) -> None:
+    before = path.stat()
+    with open(path, "r+b") as handle:
+        handle.write(data)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = path.stat()
+    assert (after.st_size, after.st_mtime_ns, after.st_ino) == (before.st_size, before.st_mtime_ns, before.st_ino)
+
+
+@pytest.mark.usefixtures("private_uv_cache")
+def test_D1_a_deleted_libtorch_cpu_is_named_and_the_env_rebuilt(workspace: Workspace) -> None:
+    def delete(site: Path) -> str:
+        (site / LIBTORCH).unlink()
+        return f"{LIBTORCH}: missing"
+
+    output = damage_between_runs(workspace, delete)
+    # A deleted link leaves uv's copy intact: nothing is removed from uv's cache.
+    assert "from uv's cache" not in output
+
+
+@pytest.mark.usefixtures("private_uv_cache")
+def test_D4_libtorch_cpu_zeroed_in_place_keeping_size_and_mtime_is_named_and_the_env_rebuilt(
+    workspace: Workspace,
+) -> None:
+    zeroed: list[int] = []
+
+    def zero(site: Path) -> str:
+        library = site / LIBTORCH
+        keep_size_and_mtime_rewrite(library, bytes(library.stat().st_size))
+        zeroed.append(library.stat().st_ino)
+        return f"{LIBTORCH}: content differs from RECORD (same size, {recorded_size(site, LIBTORCH)} bytes)"
+
+    output = damage_between_runs(workspace, zero)
+    # uv's cache held the same inode: a rebuild from it would have linked the zeros again.
+    assert "removing torch from uv's cache" in output
+    assert (site_packages(workspace) / LIBTORCH).stat().st_ino not in zeroed
+
+
+@pytest.mark.usefixtures("private_uv_cache")
+def test_E7_torch_init_replaced_by_a_test_suite_is_named_and_the_env_rebuilt(workspace: Workspace) -> None:
+    sabotage = "raise ImportError('torch replaced by a test suite')\n"
+
+    def replace(site: Path) -> str:
+        (site / "torch/__init__.py").write_text(sabotage)  # in place, as a suite's write_text does
+        return f"torch/__init__.py: size {len(sabotage)}, RECORD says {recorded_size(site, 'torch/__init__.py')}"
+
+    output = damage_between_runs(workspace, replace)
+    assert "removing torch from uv's cache" in output
+
+
+@pytest.mark.usefixtures("private_uv_cache")
+def test_E8_a_pth_file_dropped_into_site_packages_is_named_and_the_env_rebuilt(workspace: Workspace) -> None:
+    def drop(site: Path) -> str:
+        (site / "zz_sabotage.pth").write_text("import sys; sys.modules['torch'] = None\n")
+        return "zz_sabotage.pth: in no distribution's RECORD"
+
+    damage_between_runs(workspace, drop)
+    assert not (site_packages(workspace) / "zz_sabotage.pth").exists()
+
+
+@pytest.mark.usefixtures("private_uv_cache")
+def test_an_env_made_before_fingerprints_is_proven_against_RECORD_and_reused_not_rebuilt(workspace: Workspace) -> None:
+    first = workspace.run()
+    assert first.returncode == 0, first.stdout
+    fingerprint = site_packages(workspace).parents[2] / integrity.FINGERPRINT
+    fingerprint.unlink()  # what an env made by an older harness lacks
+    second = harness("-v", *workspace.args(), cwd=workspace.root, env=workspace.env)
+    assert second.returncode == 0, second.stdout
+    assert "has no fingerprint yet: hashing its files against RECORD once" in second.stdout
+    assert "env torch 2.13.0+cpu (cpu): reused" in second.stdout
+    assert integrity.load(fingerprint) is not None
