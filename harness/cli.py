@@ -190,6 +190,8 @@ class ConsoleObserver:
     def env_ready(self, env: Env) -> None:
         how = "reused" if env.reused else f"created in {env.created_seconds:.1f} s"
         console.print(f"   env torch {env.torch_version} ({env.variant}): {how}")
+        if env.repaired:
+            console.print(f"      [yellow]the env was damaged and was made again[/]: {escape(env.repaired)}")
 
     def build_done(self, result: BuildResult) -> None:
         how = "cached" if result.cached else f"{result.seconds:.1f} s"

@@ -133,7 +133,7 @@ class Pipeline:
         self.observer = observer
         self.backend = backend or VenvBackend()
         self.envs = EnvManager(options.cache_dir, resolve_sources(plan.matrix.sources))
-        self.builder = Builder(options.cache_dir, plan.matrix.settings.build_timeout)
+        self.builder = Builder(options.cache_dir, plan.matrix.settings.build_timeout, verify_env=self.envs.verify)
         self.timeout = options.cell_timeout or plan.matrix.settings.cell_timeout
 
     def provision(self) -> dict[EnvSpec, Env]:
@@ -361,6 +361,9 @@ class Pipeline:
     def _damage(self, env: Env, build: BuildResult, out: Path) -> str | None:
         """After a cell failed: is what it ran on still as verified at the start, and did it have room
         to write? If not, the failure is no evidence about the extension."""
+        damage = self.envs.verify(env)
+        if damage:
+            return f"the torch {env.torch_version} env was damaged during the run: {damage}"
         damage = self.builder.verify(build)
         if damage:
             return f"the build {build.build.id} was damaged during the run: {damage}"

@@ -83,7 +83,7 @@ class Workspace:
         return sorted(p for p in (self.cache / "builds").iterdir() if p.is_dir() and not p.name.startswith("tmp"))
 
     def env_dir(self, torch: str = "2.13.0") -> Path:
-        (found,) = (self.cache / "envs").glob(f"torch-{torch}-*")
+        (found,) = (p for p in (self.cache / "envs").glob(f"torch-{torch}-*") if p.is_dir())
         return found
 
 

@@ -120,3 +120,30 @@ def test_an_env_made_before_fingerprints_is_proven_against_RECORD_and_reused_not
     assert "has no fingerprint yet: hashing its files against RECORD once" in second.stdout
     assert "env torch 2.13.0+cpu (cpu): reused" in second.stdout
     assert integrity.load(fingerprint) is not None
+
+
+@pytest.mark.usefixtures("private_uv_cache")
+def test_D2_a_build_against_a_damaged_env_is_not_a_build_failure(workspace: Workspace) -> None:
+    """D2: before, a build that failed because a header was gone from its env was cached BUILD_FAILED
+    (broken) for good. Now the env is verified before it builds anything: repaired, built, passed."""
+    assert workspace.run().returncode == 0
+    header = "torch/include/torch/csrc/stable/library.h"
+    (site_packages(workspace) / header).unlink()
+    source = workspace.root / "extensions" / "probe_ext" / "csrc" / "ops.cpp"
+    source.write_text(source.read_text() + "\n// changed: the next run must build again\n")
+    second = workspace.run()
+    assert f"is damaged: {header}: missing; rebuilding it" in second.stdout, second.stdout
+    assert second.returncode == 0, second.stdout
+    assert workspace.only_cell()["status"] == "PASS"
+
+
+@pytest.mark.usefixtures("private_uv_cache")
+def test_D3_a_truncated_torch_library_is_named_and_the_env_rebuilt(workspace: Workspace) -> None:
+    """D3: before, `internal error: ELFParseError` while predicting, and the run aborted."""
+
+    def truncate(site: Path) -> str:
+        library = "torch/lib/libc10.so"
+        os.truncate(site / library, 4096)
+        return f"{library}: size 4096, RECORD says {recorded_size(site, library)}"
+
+    damage_between_runs(workspace, truncate)
