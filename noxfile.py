@@ -42,9 +42,13 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def faults(session: nox.Session) -> None:
-    """The fault catalogue alone: each fault injected for real, its classification and "nothing lost" asserted."""
+    """The fault catalogue alone: each fault injected for real, its classification and "nothing lost" asserted;
+    prints the README's fault table from what the tests observed."""
     session.install("-e", ".[test]")
-    session.run("pytest", "-n", "auto", "tests/faults", *session.posargs)
+    table = Path(session.create_tmp()) / "faults.jsonl"
+    table.unlink(missing_ok=True)
+    session.run("pytest", "-n", "auto", "tests/faults", *session.posargs, env={"HARNESS_FAULT_TABLE": str(table)})
+    session.run("python", "tests/faults/table.py", str(table))
 
 
 @nox.session

@@ -152,3 +152,11 @@ def processes_mentioning(marker: str) -> list[str]:
         if marker in cmdline or marker in environ:
             found.append(f"{entry.name}: {cmdline.strip()[:200]}")
     return found
+
+
+def observed(result: subprocess.CompletedProcess[str], cell: dict[str, Any] | None = None) -> str:
+    """What a run showed, for the table: its exit code and the cell's status, verdict and reason."""
+    text = f"exit {result.returncode}"
+    if cell is not None:
+        text += f"; {cell['status']} ({cell['verdict']}): {cell['reason']}"
+    return text

@@ -1,5 +1,9 @@
 """Fault tier: every probe of the fault catalogue injected for real (README, "Faults").
 
+Each probe records a row of the catalogue with the `catalogue` fixture: its id, the fault, what
+is expected and what the run showed. With HARNESS_FAULT_TABLE set, rows go to that file (JSON
+lines); `nox -s faults` renders them as the README's table (tests/faults/table.py).
+
 Each probe runs the harness as a user does, on a one-cell matrix (a small real stable-ABI
 extension built on torch 2.13.0 for target 2.10, run on 2.13.0) with its own cache and reports
 directories, breaks one thing the way a user, a crash or an adversary would, and asserts how
@@ -11,6 +15,7 @@ import dataclasses
 import json
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +90,21 @@ class Workspace:
     def env_dir(self, torch: str = "2.13.0") -> Path:
         (found,) = (p for p in (self.cache / "envs").glob(f"torch-{torch}-*") if p.is_dir())
         return found
+
+
+@pytest.fixture
+def catalogue(request: pytest.FixtureRequest) -> Callable[..., None]:
+    """record(probe, fault, expected, observed): one row of the fault table, as this test saw it."""
+
+    def record(probe: str, fault: str, expected: str, observed: str) -> None:
+        target = os.environ.get("HARNESS_FAULT_TABLE")
+        if not target:
+            return
+        row = {"probe": probe, "fault": fault, "expected": expected, "observed": observed, "test": request.node.nodeid}
+        with open(target, "a") as handle:  # one short line per write: appends from xdist workers do not interleave
+            handle.write(json.dumps(row) + "\n")
+
+    return record
 
 
 @pytest.fixture

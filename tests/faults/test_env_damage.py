@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from kit import harness
+from kit import harness, observed
 
 from harness import integrity
 
@@ -31,12 +31,20 @@ def site_packages(workspace: Workspace) -> Path:
     return site
 
 
-def damage_between_runs(workspace: Workspace, damage: Callable[[Path], str]) -> str:
+def damage_between_runs(
+    workspace: Workspace, damage: Callable[[Path], str], record: Callable[..., None], probe: str, fault: str
+) -> str:
     """Run, damage the env, run again: the second run names the damage (damage() says how), rebuilds the env, passes."""
     first = workspace.run()
     assert first.returncode == 0, first.stdout
     named = damage(site_packages(workspace))
     second = workspace.run()
+    record(
+        probe,
+        fault + ", between two runs",
+        "the damage is named, the env made again (and uv's cache cleaned of it), the cell passes",
+        observed(second, workspace.only_cell()) + ("; damage named" if named in second.stdout else "; NOT named"),
+    )
     assert f"is damaged: {named}; rebuilding it\n" in second.stdout, second.stdout
     assert second.returncode == 0, second.stdout
     assert workspace.only_cell()["status"] == "PASS"
@@ -59,12 +67,14 @@ def keep_size_and_mtime_rewrite(path: Path, data: bytes) -> None:
 
 
 @pytest.mark.usefixtures("private_uv_cache")
-def test_D1_a_deleted_libtorch_cpu_is_named_and_the_env_rebuilt(workspace: Workspace) -> None:
+def test_D1_a_deleted_libtorch_cpu_is_named_and_the_env_rebuilt(
+    workspace: Workspace, catalogue: Callable[..., None]
+) -> None:
     def delete(site: Path) -> str:
         (site / LIBTORCH).unlink()
         return f"{LIBTORCH}: missing"
 
-    output = damage_between_runs(workspace, delete)
+    output = damage_between_runs(workspace, delete, catalogue, "D1", "libtorch_cpu.so deleted from the env")
     # A deleted link leaves uv's copy intact: nothing is removed from uv's cache.
     assert "from uv's cache" not in output
 
@@ -72,6 +82,7 @@ def test_D1_a_deleted_libtorch_cpu_is_named_and_the_env_rebuilt(workspace: Works
 @pytest.mark.usefixtures("private_uv_cache")
 def test_D4_libtorch_cpu_zeroed_in_place_keeping_size_and_mtime_is_named_and_the_env_rebuilt(
     workspace: Workspace,
+    catalogue: Callable[..., None],
 ) -> None:
     zeroed: list[int] = []
 
@@ -81,31 +92,37 @@ def test_D4_libtorch_cpu_zeroed_in_place_keeping_size_and_mtime_is_named_and_the
         zeroed.append(library.stat().st_ino)
         return f"{LIBTORCH}: content differs from RECORD (same size, {recorded_size(site, LIBTORCH)} bytes)"
 
-    output = damage_between_runs(workspace, zero)
+    output = damage_between_runs(
+        workspace, zero, catalogue, "D4", "libtorch_cpu.so zeroed in place, size and mtime kept"
+    )
     # uv's cache held the same inode: a rebuild from it would have linked the zeros again.
     assert "removing torch from uv's cache" in output
     assert (site_packages(workspace) / LIBTORCH).stat().st_ino not in zeroed
 
 
 @pytest.mark.usefixtures("private_uv_cache")
-def test_E7_torch_init_replaced_by_a_test_suite_is_named_and_the_env_rebuilt(workspace: Workspace) -> None:
+def test_E7_torch_init_replaced_by_a_test_suite_is_named_and_the_env_rebuilt(
+    workspace: Workspace, catalogue: Callable[..., None]
+) -> None:
     sabotage = "raise ImportError('torch replaced by a test suite')\n"
 
     def replace(site: Path) -> str:
         (site / "torch/__init__.py").write_text(sabotage)  # in place, as a suite's write_text does
         return f"torch/__init__.py: size {len(sabotage)}, RECORD says {recorded_size(site, 'torch/__init__.py')}"
 
-    output = damage_between_runs(workspace, replace)
+    output = damage_between_runs(workspace, replace, catalogue, "E7", "torch/__init__.py rewritten in the env")
     assert "removing torch from uv's cache" in output
 
 
 @pytest.mark.usefixtures("private_uv_cache")
-def test_E8_a_pth_file_dropped_into_site_packages_is_named_and_the_env_rebuilt(workspace: Workspace) -> None:
+def test_E8_a_pth_file_dropped_into_site_packages_is_named_and_the_env_rebuilt(
+    workspace: Workspace, catalogue: Callable[..., None]
+) -> None:
     def drop(site: Path) -> str:
         (site / "zz_sabotage.pth").write_text("import sys; sys.modules['torch'] = None\n")
         return "zz_sabotage.pth: in no distribution's RECORD"
 
-    damage_between_runs(workspace, drop)
+    damage_between_runs(workspace, drop, catalogue, "E8", "a .pth file dropped into the env's site-packages")
     assert not (site_packages(workspace) / "zz_sabotage.pth").exists()
 
 
@@ -123,7 +140,9 @@ def test_an_env_made_before_fingerprints_is_proven_against_RECORD_and_reused_not
 
 
 @pytest.mark.usefixtures("private_uv_cache")
-def test_D2_a_build_against_a_damaged_env_is_not_a_build_failure(workspace: Workspace) -> None:
+def test_D2_a_build_against_a_damaged_env_is_not_a_build_failure(
+    workspace: Workspace, catalogue: Callable[..., None]
+) -> None:
     """D2: before, a build that failed because a header was gone from its env was cached BUILD_FAILED
     (broken) for good. Now the env is verified before it builds anything: repaired, built, passed."""
     assert workspace.run().returncode == 0
@@ -132,13 +151,22 @@ def test_D2_a_build_against_a_damaged_env_is_not_a_build_failure(workspace: Work
     source = workspace.root / "extensions" / "probe_ext" / "csrc" / "ops.cpp"
     source.write_text(source.read_text() + "\n// changed: the next run must build again\n")
     second = workspace.run()
+    catalogue(
+        "D2",
+        "a header deleted from the build's env, then a build needed",
+        "the env is named and made again before building; the build and the cell pass; nothing cached as failed",
+        observed(second, workspace.only_cell())
+        + ("; damage named" if f"{header}: missing" in second.stdout else "; NOT named"),
+    )
     assert f"is damaged: {header}: missing; rebuilding it" in second.stdout, second.stdout
     assert second.returncode == 0, second.stdout
     assert workspace.only_cell()["status"] == "PASS"
 
 
 @pytest.mark.usefixtures("private_uv_cache")
-def test_D3_a_truncated_torch_library_is_named_and_the_env_rebuilt(workspace: Workspace) -> None:
+def test_D3_a_truncated_torch_library_is_named_and_the_env_rebuilt(
+    workspace: Workspace, catalogue: Callable[..., None]
+) -> None:
     """D3: before, `internal error: ELFParseError` while predicting, and the run aborted."""
 
     def truncate(site: Path) -> str:
@@ -146,4 +174,4 @@ def test_D3_a_truncated_torch_library_is_named_and_the_env_rebuilt(workspace: Wo
         os.truncate(site / library, 4096)
         return f"{library}: size 4096, RECORD says {recorded_size(site, library)}"
 
-    damage_between_runs(workspace, truncate)
+    damage_between_runs(workspace, truncate, catalogue, "D3", "libc10.so truncated in place")

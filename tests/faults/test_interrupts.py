@@ -29,7 +29,7 @@ def _wait_for(predicate, what: str, timeout: float = 300) -> None:
     raise AssertionError(f"never happened: {what}")
 
 
-def test_B3_a_cell_killed_by_the_interrupt_reads_the_same_in_its_own_file_and_the_report(workspace) -> None:
+def test_B3_a_cell_killed_by_the_interrupt_reads_the_same_in_its_own_file_and_the_report(workspace, catalogue) -> None:
     """B3: before, the killed cell's cells/<id>/result.json said CRASHED (broken) while results.json said
     ERROR 'not run', though it had run for seconds. Both must say ERROR, interrupted after N s."""
     workspace.add_extension("sleeper", SLEEPS)
@@ -45,6 +45,13 @@ def test_B3_a_cell_killed_by_the_interrupt_reads_the_same_in_its_own_file_and_th
     assert results["interrupted"] is True
     (cell,) = results["cells"]
     own = json.loads((probe().parent / "result.json").read_text())
+    catalogue(
+        "B3",
+        "Ctrl-C while a cell's test runs",
+        "exit 3; the cell is ERROR 'interrupted after N s' in results.json and in its own result.json",
+        f"exit {proc.returncode}; results.json: {cell['status']} ({cell['reason']}); "
+        f"cells/<id>/result.json: {own['status']} ({own['reason']})",
+    )
     assert (cell["status"], cell["verdict"]) == ("ERROR", "error")
     assert cell["reason"].startswith("interrupted after ")
     assert (own["status"], own["reason"]) == (cell["status"], cell["reason"])
@@ -54,7 +61,7 @@ def test_B3_a_cell_killed_by_the_interrupt_reads_the_same_in_its_own_file_and_th
     "signals", [[signal.SIGTERM], [signal.SIGINT, signal.SIGINT]], ids=["B4-SIGTERM", "B5-2xSIGINT"]
 )
 def test_an_interrupt_during_env_creation_stops_uv_at_once_and_leaves_nothing(
-    workspace, private_uv_cache, signals
+    workspace, private_uv_cache, catalogue, signals
 ) -> None:
     """B4: SIGTERM while uv makes an env was acted on only when the env was done (22 s); B5: two
     SIGINTs left `uv pip install` writing into the cache. Now: exit 3 within seconds, no process left."""
@@ -66,8 +73,15 @@ def test_an_interrupt_during_env_creation_stops_uv_at_once_and_leaves_nothing(
         time.sleep(0.2)
     out, _ = proc.communicate(timeout=60)
     stopped = time.monotonic() - started
+    time.sleep(0.5)
+    left = processes_mentioning(str(private_uv_cache)) + processes_mentioning(str(workspace.cache))
+    names = " then ".join(s.name for s in signals)
+    catalogue(
+        "B4" if len(signals) == 1 else "B5",
+        f"{names} while uv installs torch into a new env",
+        "exit 3 within seconds; no uv or compiler process left",
+        f"exit {proc.returncode} after {stopped:.1f} s; {len(left)} process(es) left",
+    )
     assert proc.returncode == 3, out
     assert stopped < 10, f"took {stopped:.1f} s to stop"
-    time.sleep(0.5)
-    assert processes_mentioning(str(private_uv_cache)) == []
-    assert processes_mentioning(str(workspace.cache)) == []
+    assert left == []

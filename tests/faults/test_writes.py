@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from kit import observed
 
 REMOVES_ITS_DIR = """
 import os
@@ -25,7 +26,7 @@ def test_removes_its_own_cell_directory():
 """
 
 
-def test_E12_a_cell_that_deletes_its_own_directory_loses_nothing_else(workspace) -> None:
+def test_E12_a_cell_that_deletes_its_own_directory_loses_nothing_else(workspace, catalogue) -> None:
     """E12: before, `internal error: FileNotFoundError`, no report, 2 finished cells lost, 3 never run."""
     workspace.add_extension("vandal", REMOVES_ITS_DIR)
     workspace.add_extension("bystander")
@@ -34,8 +35,16 @@ def test_E12_a_cell_that_deletes_its_own_directory_loses_nothing_else(workspace)
         + "  - extension: probe_ext\n    torch: 2.13.0\n    target: '2.10'\n",
     )
     result = workspace.run("-j", "1")
-    assert "internal error" not in result.stdout
     cells = workspace.cells()
+    vandal = cells["vandal@b2.13.0-t2.10~r2.13.0-cpu"]
+    catalogue(
+        "E12",
+        "a test deletes its own cell directory (2 other cells in the run)",
+        "the run goes on: every cell reported, the others pass, the report whole; never broken",
+        f"{observed(result)}; {len(cells)} cells reported; vandal: {vandal['status']} ({vandal['verdict']}); "
+        f"others: {sorted(c['status'] for i, c in cells.items() if c is not vandal)}",
+    )
+    assert "internal error" not in result.stdout
     assert len(cells) == 3
     assert cells["bystander@b2.13.0-t2.10~r2.13.0-cpu"]["status"] == "PASS"
     assert cells["probe_ext@b2.13.0-t2.10~r2.13.0-cpu"]["status"] == "PASS"
@@ -86,12 +95,23 @@ def _in_a_small_filesystem(workspace, size: str) -> subprocess.CompletedProcess[
 
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="needs util-linux unshare to make a small filesystem")
 @pytest.mark.parametrize("size", ["8k", "24k", "48k"], ids=["G1-full", "G2-nearly-full", "G3-almost-enough"])
-def test_a_full_disk_leaves_no_half_written_file_and_names_what_it_could_not_write(workspace, size: str) -> None:
+def test_a_full_disk_leaves_no_half_written_file_and_names_what_it_could_not_write(
+    workspace, catalogue, request, size: str
+) -> None:
     """G1-G3: before, `No space left on device` naming no path, no report, and 0-byte result.json,
     results.json or junit.xml. Now: exit 3 (or 0 when everything fit), every file whole or absent, the
     failing path named, never an internal error, never a false broken."""
     result = _in_a_small_filesystem(workspace, size)
     out = result.stdout
+    probe = request.node.callspec.id.split("-")[0]
+    statuses = [line.split()[1] for line in out.splitlines() if line.strip().startswith("[1/1]")]
+    catalogue(
+        probe,
+        f"the reports directory on a {size} filesystem (No space left on device)",
+        "no half-written file; the cell ERROR naming the full disk, the unwritable paths named; exit 3",
+        f"{observed(result)}; cell {statuses[0] if statuses else 'not run'}; "
+        f"{out.count('HALF-WRITTEN')} half-written file(s); paths named: {str(workspace.reports) in out}",
+    )
     assert "HALF-WRITTEN" not in out, out
     assert "internal error" not in out, out
     assert result.returncode in (0, 3), out
