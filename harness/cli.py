@@ -23,6 +23,7 @@ from harness.build import BuildResult
 from harness.config import DEFAULT_MATRIX, Matrix, load_matrix, with_overrides
 from harness.envs import Env
 from harness.errors import BadInputError, ExitCode, HarnessError
+from harness.files import writable_dir
 from harness.plan import Plan, make_plan
 from harness.report import STATUS_SHORT, VERDICT_SYMBOL, CellResult, ReportError, RunResult
 from harness.rundiff import RunDiff, compare, load_run
@@ -48,6 +49,28 @@ def emit_json(data: object) -> None:
 
 def default_cache_dir() -> Path:
     return Path(os.environ.get("HARNESS_CACHE_DIR") or platformdirs.user_cache_dir("torch-abi-harness"))
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (a bad value is a usage error, exit 2, before any work)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be at least 1")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """argparse type: a number of seconds > 0 (0 or less would kill every cell at once)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a number of seconds greater than 0")
+    return value
 
 
 def parser() -> argparse.ArgumentParser:
@@ -96,7 +119,9 @@ def parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="build, run and report the matrix")
     common(run)
-    run.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1, help="cells at once (default: cores)")
+    run.add_argument(
+        "-j", "--jobs", type=positive_int, default=os.cpu_count() or 1, help="cells at once (default: cores)"
+    )
     run.add_argument(
         "--reports-dir", type=Path, default=Path("reports"), help="where reports go (default: %(default)s)"
     )
@@ -106,7 +131,12 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="environments and builds (default: $HARNESS_CACHE_DIR or the user cache dir)",
     )
-    run.add_argument("--timeout", type=float, default=None, help="seconds per cell (default: the matrix's)")
+    run.add_argument(
+        "--timeout",
+        type=positive_seconds,
+        default=None,
+        help="seconds per cell, over the matrix's settings.cell_timeout and an extension's own timeout",
+    )
     run.add_argument(
         "--require-gpu",
         action="store_true",
@@ -271,11 +301,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     matrix = load_matrix_with_overrides(args)
     plan = make_plan(matrix, args.select, args.backend)
-    if args.jobs < 1:
-        raise HarnessError("--jobs must be at least 1")
+    cache_dir = args.cache_dir or default_cache_dir()
+    writable_dir(args.reports_dir, "--reports-dir")
+    writable_dir(cache_dir, "--cache-dir" if args.cache_dir else "the cache directory ($HARNESS_CACHE_DIR)")
     options = RunOptions(
         reports_dir=args.reports_dir,
-        cache_dir=args.cache_dir or default_cache_dir(),
+        cache_dir=cache_dir,
         jobs=args.jobs,
         cell_timeout=args.timeout,
         require_gpu=args.require_gpu,

@@ -14,6 +14,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from harness.errors import BadInputError
+
 
 def write_atomic(path: Path, data: str | bytes) -> None:
     """Write data to path atomically (temp file, fsync, rename); the parent directory must exist."""
@@ -36,3 +38,20 @@ def write_atomic(path: Path, data: str | bytes) -> None:
 def write_json(path: Path, data: Any) -> None:
     """JSON as the harness writes it everywhere: indented, a final newline, atomically."""
     write_atomic(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def writable_dir(path: Path, what: str) -> None:
+    """Make sure path is a directory this process can write (made if missing), before any work
+    starts; BadInputError naming the path, the problem and the fix otherwise. Writing is tried for
+    real: mode bits do not stop root, a read-only mount or an immutable directory does."""
+    if path.exists() and not path.is_dir():
+        raise BadInputError(f"{what} {path}: exists and is not a directory; name a directory (it is made if missing)")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".harness-write-check-", dir=path)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise BadInputError(
+            f"{what} {path}: cannot be written ({exc.strerror or exc}); name a directory you can write"
+        ) from exc

@@ -134,7 +134,7 @@ class Pipeline:
         self.backend = backend or VenvBackend()
         self.envs = EnvManager(options.cache_dir, resolve_sources(plan.matrix.sources))
         self.builder = Builder(options.cache_dir, plan.matrix.settings.build_timeout, verify_env=self.envs.verify)
-        self.timeout = options.cell_timeout or plan.matrix.settings.cell_timeout
+        self.timeout = options.cell_timeout if options.cell_timeout is not None else plan.matrix.settings.cell_timeout
 
     def provision(self) -> dict[EnvSpec, Env]:
         needed: list[Build | Runtime] = [*self.plan.needed_builds, *self.plan.needed_runtimes]
@@ -301,7 +301,7 @@ class Pipeline:
         if not build.ok:
             status = Status.ERROR if build.infrastructure else Status.BUILD_FAILED
             return self.unrun(cell, build, build.reason, env, run_dir, status=status)
-        timeout = cell.build.extension.timeout or self.timeout
+        timeout = self.cell_timeout(cell)
         designed = cell.build.extension.expect
         execution = self.backend.run_cell(CellRequest(cell, env, build, out, timeout, threads))
         outcome = classify(execution, timeout, execution.site)
@@ -357,6 +357,12 @@ class Pipeline:
                 run_dir,
             ),
         )
+
+    def cell_timeout(self, cell: Cell) -> float:
+        """--timeout if given (the person running it decides), else the extension's own, else the matrix's."""
+        if self.options.cell_timeout is not None:
+            return self.options.cell_timeout
+        return cell.build.extension.timeout or self.timeout
 
     def _damage(self, env: Env, build: BuildResult, out: Path) -> str | None:
         """After a cell failed: is what it ran on still as verified at the start, and did it have room

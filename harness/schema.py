@@ -52,6 +52,44 @@ def _index_nodes(node: yaml.Node, path: KeyPath, lines: dict[KeyPath, int], writ
             _index_nodes(item, (*path, index), lines, written)
 
 
+# YAML aliases (*name) share a node without copying it, but every reader of the data (the line
+# index, the schema check, the matrix's own checks) walks it as a tree: a few nested aliases in a
+# few hundred bytes become billions of values ("billion laughs"). A matrix is far smaller than this.
+MAX_EXPANDED_NODES = 100_000
+
+
+def _check_expansion(path: Path, root: yaml.Node) -> None:
+    """Refuse a document whose aliases expand it past MAX_EXPANDED_NODES (counted without expanding it)."""
+    sizes: dict[int, int] = {}
+    in_progress: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in in_progress:
+            raise ConfigError(path, [f"line {node.start_mark.line + 1}: an alias refers to itself (a recursive value)"])
+        in_progress.add(key)
+        if isinstance(node, yaml.MappingNode):
+            total = 1 + sum(size(k) + size(v) for k, v in node.value)
+        elif isinstance(node, yaml.SequenceNode):
+            total = 1 + sum(size(item) for item in node.value)
+        else:
+            total = 1
+        in_progress.discard(key)
+        sizes[key] = min(total, MAX_EXPANDED_NODES + 1)
+        return sizes[key]
+
+    if size(root) > MAX_EXPANDED_NODES:
+        raise ConfigError(
+            path,
+            [
+                f"its aliases (*name) expand it to more than {MAX_EXPANDED_NODES} values: "
+                "refused (a YAML bomb?); repeat less through anchors"
+            ],
+        )
+
+
 class Document:
     """A parsed YAML file with a line number for every key path."""
 
@@ -64,17 +102,30 @@ class Document:
     @classmethod
     def load(cls, path: Path) -> Document:
         try:
-            text = path.read_text()
+            raw = path.read_bytes()
+        except IsADirectoryError as exc:
+            raise ConfigError(path, ["is a directory: name the YAML file itself"]) from exc
         except OSError as exc:
             raise ConfigError(path, [f"cannot read the file: {exc.strerror or exc}"]) from exc
         try:
-            node = yaml.compose(text, Loader=yaml.SafeLoader)
-            data = yaml.safe_load(text)
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                path, [f"byte {exc.start}: not UTF-8 text, so not a YAML file: is this the file you meant?"]
+            ) from exc
+        loader = yaml.SafeLoader(text)
+        try:
+            node = loader.get_single_node()
+            if node is not None:
+                _check_expansion(path, node)
+            data = loader.construct_document(node) if node is not None else None
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
             problem = getattr(exc, "problem", None) or str(exc)
             raise ConfigError(path, [f"{where}not valid YAML: {problem}"]) from exc
+        finally:
+            loader.dispose()
         lines: dict[KeyPath, int] = {}
         written: dict[KeyPath, str] = {}
         if node is not None:

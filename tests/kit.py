@@ -160,3 +160,22 @@ def observed(result: subprocess.CompletedProcess[str], cell: dict[str, Any] | No
     if cell is not None:
         text += f"; {cell['status']} ({cell['verdict']}): {cell['reason']}"
     return text
+
+
+def harness_in_mount_namespace(
+    setup: str, *args: str | Path, cwd: Path, env: dict[str, str], after: str = ""
+) -> subprocess.CompletedProcess[str]:
+    """The harness in a private mount namespace whose mounts `setup` (shell) changes first: a full or
+    read-only filesystem for this run alone, gone with it. `after` runs in the namespace once the
+    harness exits ($rc holds its exit code; the script exits with it)."""
+    unshare = ["unshare", "--mount"] if os.geteuid() == 0 else ["unshare", "--user", "--map-root-user", "--mount"]
+    script = f'{setup} || exit 99; "$@"; rc=$?; echo "harness exit $rc"; {after or ":"}; exit $rc'
+    return subprocess.run(
+        [*unshare, "sh", "-c", script, "sh", sys.executable, "-m", "harness", *map(str, args)],
+        cwd=cwd,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        timeout=1200,
+    )

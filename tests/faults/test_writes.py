@@ -2,13 +2,12 @@
 lost, no file is left half-written, and the run reports what it could not write."""
 
 import json
-import os
 import shutil
 import subprocess
 import sys
 
 import pytest
-from kit import observed
+from kit import harness_in_mount_namespace, observed
 
 REMOVES_ITS_DIR = """
 import os
@@ -73,23 +72,15 @@ for path in sorted(pathlib.Path(sys.argv[1]).rglob("*")):
 
 
 def _in_a_small_filesystem(workspace, size: str) -> subprocess.CompletedProcess[str]:
-    """The harness in a private mount namespace where the reports directory is a tmpfs of `size`: a
-    really full disk, for this run alone; then CHECK over what it left."""
+    """A really full disk: the reports directory is a tmpfs of `size` for this run alone; then CHECK
+    (in the same namespace, while the files still exist) over what the run left."""
     workspace.reports.mkdir()
-    unshare = ["unshare", "--mount"] if os.geteuid() == 0 else ["unshare", "--user", "--map-root-user", "--mount"]
-    script = (
-        'mount -t tmpfs -o size="$1" harness-full "$2" || exit 99; reports="$2"; shift 2; '
-        '"$@"; rc=$?; echo "harness exit $rc"; "$0" -c "$CHECK" "$reports"; exit $rc'
-    )
-    harness = [sys.executable, "-m", "harness", *map(str, workspace.args())]
-    return subprocess.run(
-        [*unshare, "sh", "-c", script, sys.executable, size, str(workspace.reports), *harness],
+    return harness_in_mount_namespace(
+        f"mount -t tmpfs -o size={size} harness-full {workspace.reports}",
+        *workspace.args(),
         cwd=workspace.root,
         env={**workspace.env, "CHECK": CHECK},
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        timeout=1200,
+        after=f'{sys.executable} -c "$CHECK" {workspace.reports}',
     )
 
 

@@ -142,3 +142,30 @@ def test_a_build_limited_to_an_unknown_runtime_is_refused(tmp_path: Path) -> Non
         "line 10: builds[0].runtimes[0]: '2.13.1' is not a runtime of this matrix; "
         "runtimes: 2.10.0, 2.13.0; did you mean '2.13.0'?"
     ]
+
+
+def test_a_file_that_is_not_utf8_text_is_named_not_crashed_on(tmp_path: Path) -> None:
+    path = tmp_path / "matrix.yaml"
+    path.write_bytes(b"schema_version: 1\n\xff\xfe\x00")
+    assert problems(path) == ["byte 18: not UTF-8 text, so not a YAML file: is this the file you meant?"]
+
+
+def test_nested_aliases_that_would_expand_past_the_limit_are_refused_without_expanding(tmp_path: Path) -> None:
+    lines = ["a: &a [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"{n}: &{n} [{', '.join([f'*{p}'] * 10)}]" for p, n in zip("abcdefgh", "bcdefghi", strict=True)]
+    found = problems(write_matrix(tmp_path, "\n".join(lines) + "\n"))  # 10**9 values if expanded
+    assert len(found) == 1 and "expand it to more than 100000 values" in found[0]
+
+
+def test_a_few_anchors_still_load(tmp_path: Path) -> None:
+    text = GOOD.replace("- torch: 2.13.0\n        device", "- torch: &newest 2.13.0\n        device").replace(
+        "torch: 2.13.0\n        target", "torch: *newest\n        target"
+    )
+    assert "*newest" in text
+    (build,) = load_matrix(write_matrix(tmp_path, text)).builds
+    assert str(build.torch) == "2.13.0"
+
+
+def test_an_alias_to_itself_is_refused(tmp_path: Path) -> None:
+    found = problems(write_matrix(tmp_path, "a: &a [1, *a]\n"))
+    assert len(found) == 1 and ("refers to itself" in found[0] or "not valid YAML" in found[0])

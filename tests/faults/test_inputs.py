@@ -1,0 +1,106 @@
+"""Bad input: refused with exit 2, naming what is wrong, where, and what to do, before any work
+(no env made, nothing built: the cache stays empty)."""
+
+import os
+import shutil
+
+import pytest
+from kit import harness_in_mount_namespace, observed
+
+BOMB = "".join(
+    f"{name}: &{name} [{', '.join([f'*{prev}'] * 9 if prev else ['x'] * 9)}]\n"
+    for prev, name in zip([None, *"abcdefgh"], "abcdefghi", strict=True)
+)
+
+
+def _no_work(workspace) -> bool:
+    return not (workspace.cache / "envs").exists() and not (workspace.cache / "builds").exists()
+
+
+def _refused(workspace, catalogue, probe: str, fault: str, result, *named: str) -> None:
+    catalogue(
+        probe,
+        fault,
+        "exit 2 naming the problem, before any work",
+        f"{observed(result)}; no work: {_no_work(workspace)}",
+    )
+    assert result.returncode == 2, result.stdout
+    for text in named:
+        assert text in result.stdout, result.stdout
+    assert "internal error" not in result.stdout
+    assert _no_work(workspace)
+
+
+def test_A3_a_binary_matrix_is_bad_input_naming_the_file(workspace, catalogue) -> None:
+    workspace.matrix.write_bytes(bytes(range(256)) * 4)
+    result = workspace.run()
+    _refused(workspace, catalogue, "A3", "a binary matrix file", result, str(workspace.matrix), "not UTF-8")
+
+
+def test_A4_a_binary_extension_yaml_is_bad_input_naming_the_file(workspace, catalogue) -> None:
+    extension_yaml = workspace.root / "extensions" / "probe_ext" / "extension.yaml"
+    extension_yaml.write_bytes(b"\xff\xfe" + os.urandom(512))
+    result = workspace.run()
+    _refused(workspace, catalogue, "A4", "a binary extension.yaml", result, str(extension_yaml), "not UTF-8")
+
+
+@pytest.mark.parametrize(
+    "probe, option, value",
+    [("A16", "--timeout", "0"), ("A17", "--timeout", "-1"), ("A18", "-j", "0"), ("A18b", "--timeout", "soon")],
+)
+def test_a_numeric_option_out_of_range_is_a_usage_error(workspace, catalogue, probe, option, value) -> None:
+    """A16: --timeout 0 was silently ignored; A17: --timeout -1 made every cell TIMEOUT, 'broken', exit 1;
+    A18: -j 0 was exit 3."""
+    result = workspace.run(option, value)
+    _refused(workspace, catalogue, probe, f"run {option} {value}", result, f"{option}", repr(value))
+
+
+def test_A21_a_reports_dir_that_is_a_file(workspace, catalogue) -> None:
+    workspace.reports.write_text("not a directory\n")
+    result = workspace.run()
+    _refused(
+        workspace,
+        catalogue,
+        "A21",
+        "--reports-dir names a file",
+        result,
+        f"--reports-dir {workspace.reports}",
+        "not a directory",
+    )
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs util-linux unshare for a read-only mount")
+def test_A22_a_read_only_reports_dir(workspace, catalogue) -> None:
+    """Read-only for root too: a read-only bind mount, in a mount namespace of this run alone."""
+    workspace.reports.mkdir()
+    result = harness_in_mount_namespace(
+        f"mount --bind {workspace.reports} {workspace.reports} && mount -o remount,bind,ro {workspace.reports}",
+        *workspace.args(),
+        cwd=workspace.root,
+        env=workspace.env,
+    )
+    _refused(
+        workspace,
+        catalogue,
+        "A22",
+        "--reports-dir on a read-only mount",
+        result,
+        f"--reports-dir {workspace.reports}",
+        "cannot be written (Read-only file system)",
+    )
+
+
+def test_A23_a_cache_dir_that_is_a_file(workspace, catalogue) -> None:
+    workspace.cache.write_text("not a directory\n")
+    result = workspace.run()
+    catalogue("A23", "--cache-dir names a file", "exit 2 naming the problem, before any work", observed(result))
+    assert result.returncode == 2, result.stdout
+    assert f"--cache-dir {workspace.cache}: exists and is not a directory" in result.stdout
+
+
+def test_A27_a_yaml_bomb_is_refused_at_once(workspace, catalogue) -> None:
+    """A27: a 400-byte matrix of nested aliases took 201 s and 12 GB before."""
+    workspace.matrix.write_text(BOMB)
+    assert len(BOMB) < 400
+    result = workspace.run(timeout=60)
+    _refused(workspace, catalogue, "A27", f"a {len(BOMB)}-byte matrix of nested YAML aliases", result, "aliases")
