@@ -10,27 +10,27 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import select
 import signal
 import subprocess
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import IO, Protocol
 
-from harness import commands
+from harness import commands, processes, sandbox
 from harness.build import BuildResult
 from harness.envs import Env
+from harness.files import write_atomic
 from harness.plan import Cell, Runtime
 from harness.verdict import Status
 
 log = logging.getLogger(__name__)
 
-_active_lock = threading.Lock()
-_active_groups: set[int] = set()
-_stopping = threading.Event()
-
 PROBE_DIR = Path(__file__).parent / "cellprobe"
 KILL_GRACE_SECONDS = 5.0
+LOG_LIMIT = 64 * 2**20  # per stream, as the docker backend's log driver keeps
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,7 +114,7 @@ def cell_config(request: CellRequest) -> Path:
     if own.is_file():
         return own
     generated = request.out_dir / "pytest.ini"
-    generated.write_text("[pytest]\njunit_family = xunit2\n")
+    write_atomic(generated, "[pytest]\njunit_family = xunit2\n")
     return generated
 
 
@@ -124,8 +124,17 @@ class VenvBackend:
     def prepare(self, runtimes: dict[Runtime, Env]) -> None:
         pass  # the envs are the runtimes
 
+    def __init__(self) -> None:
+        self.sandbox = sandbox.detect()
+        if not self.sandbox.isolated:
+            log.warning(
+                "cells run without the sandbox (%s): a cell can write into the envs and builds others use "
+                "(each is verified after a failing cell) and a process it detaches can outlive it",
+                self.sandbox.reason,
+            )
+
     def stop_all(self) -> None:
-        kill_active_cells()
+        processes.REGISTRY.stop_all(grace=0)
 
     def run_cell(self, request: CellRequest) -> CellExecution:
         out = request.out_dir
@@ -144,8 +153,23 @@ class VenvBackend:
             if passthrough in os.environ:
                 environ[passthrough] = os.environ[passthrough]
         argv = pytest_argv(request.env.python, request.cell.build.extension.tests, out, cell_config(request))
-        (out / "command.txt").write_text(commands.shell_line(argv, environ, out) + "\n")
-        return dataclasses.replace(run_process(argv, environ, out, request.timeout), site=request.build.site)
+        extension = request.cell.build.extension
+        protected = [
+            request.env.path.parents[1],  # the harness cache: every env and build
+            *([uv_cache] if (uv_cache := sandbox.uv_cache_dir()) else []),  # what the envs' files are hardlinks of
+            PROBE_DIR,
+            extension.root,
+            extension.tests,
+            out.parents[1],  # the run's reports: other cells' files
+        ]
+        where = (
+            f"# in the harness sandbox: read-only {', '.join(map(str, protected))}; writable {out}\n"
+            if self.sandbox.isolated
+            else f"# without the sandbox: {self.sandbox.reason}\n"
+        )
+        write_atomic(out / "command.txt", commands.shell_line(argv, environ, out) + "\n" + where)
+        execution = run_process(argv, environ, out, request.timeout, self.sandbox, protected)
+        return dataclasses.replace(execution, site=request.build.site)
 
 
 def cell_environ(
@@ -167,54 +191,101 @@ def cell_environ(
     }
 
 
-def run_process(argv: list[str], environ: dict[str, str], out: Path, timeout: float) -> CellExecution:
-    """Run argv in its own process group; on timeout kill the whole group. Nothing is left running."""
+def run_process(
+    argv: list[str],
+    environ: dict[str, str],
+    out: Path,
+    timeout: float,
+    box: sandbox.Sandbox | None = None,
+    protected: Sequence[Path] = (),
+) -> CellExecution:
+    """Run argv (in the sandbox, when given one) in its own process group; on timeout kill the whole
+    group. stdout and stderr are kept up to LOG_LIMIT each. Nothing is left running."""
+    box = box or sandbox.Sandbox("none", "not asked for")
     stdout, stderr = out / "stdout.log", out / "stderr.log"
     log.debug("$ %s", commands.shell_line(argv, environ, out))
     launched_at, started = time.time(), time.monotonic()
     timed_out = False
-    with open(stdout, "wb") as out_f, open(stderr, "wb") as err_f:
-        proc = subprocess.Popen(
-            argv, cwd=out, env=environ, stdout=out_f, stderr=err_f, stdin=subprocess.DEVNULL, start_new_session=True
-        )
-        with _active_lock:
-            _active_groups.add(proc.pid)
-        if _stopping.is_set():  # started just as the run was interrupted
-            _kill_group(proc.pid, signal.SIGKILL)
+    proc = processes.REGISTRY.popen(
+        box.wrap(argv, protected, [out]),
+        cwd=out,
+        env=environ,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    pumps = [LogPump(proc.stdout, stdout, LOG_LIMIT), LogPump(proc.stderr, stderr, LOG_LIMIT)]
+    try:
         try:
+            code: int | None = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            processes.kill_group(proc.pid, signal.SIGTERM)
             try:
-                returncode: int | None = proc.wait(timeout=timeout)
+                proc.wait(timeout=KILL_GRACE_SECONDS)
             except subprocess.TimeoutExpired:
-                timed_out = True
-                _kill_group(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=KILL_GRACE_SECONDS)
-                except subprocess.TimeoutExpired:
-                    _kill_group(proc.pid, signal.SIGKILL)
-                    proc.wait()
-                returncode = None
-        except BaseException:  # interrupted: do not leave the cell behind
-            _kill_group(proc.pid, signal.SIGKILL)
-            proc.wait()
-            raise
-        finally:
-            _kill_group(proc.pid, signal.SIGKILL)  # stragglers a test may have started
-            with _active_lock:
-                _active_groups.discard(proc.pid)
+                processes.kill_group(proc.pid, signal.SIGKILL)
+                proc.wait()
+            code = None
+    except BaseException:  # interrupted: do not leave the cell behind
+        processes.kill_group(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    finally:
+        processes.REGISTRY.release(proc)  # kills stragglers a test may have started in its group
+        for pump in pumps:
+            pump.finish()
+    returncode = None if code is None else box.returncode(code)
     return CellExecution.in_dir(out, returncode, timed_out, launched_at, time.monotonic() - started)
 
 
-def kill_active_cells() -> None:
-    """Kill every cell still running, and any that starts from now on (an interrupted run leaves nothing)."""
-    _stopping.set()
-    with _active_lock:
-        groups = list(_active_groups)
-    for pgid in groups:
-        _kill_group(pgid, signal.SIGKILL)
+class LogPump:
+    """Copies one of a cell's output pipes into its log file, keeping at most LOG_LIMIT bytes and
+    then only draining (a cell never blocks on, or fills the disk through, its output)."""
 
+    def __init__(self, pipe: IO[bytes], path: Path, limit: int = LOG_LIMIT) -> None:
+        self.pipe = pipe
+        self.path = path
+        self.limit = limit
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._pump, name=f"log {path.name}", daemon=True)
+        self.thread.start()
 
-def _kill_group(pgid: int, sig: signal.Signals) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+    def _pump(self) -> None:
+        fd = self.pipe.fileno()
+        kept = dropped = 0
+        deadline: float | None = None
+        with open(self.path, "wb") as sink:
+            while True:
+                if self.stop.is_set() and deadline is None:
+                    deadline = time.monotonic() + 2.0
+                ready, _, _ = select.select([fd], [], [], 0.2)
+                if deadline is not None and (not ready or time.monotonic() > deadline):
+                    break  # the cell is over; only a writer it detached still holds the pipe
+                if not ready:
+                    continue
+                data = os.read(fd, 1 << 16)
+                if not data:
+                    break
+                room = self.limit - kept
+                if room > 0:
+                    chunk = data[:room]
+                    try:
+                        sink.write(chunk)
+                    except OSError as exc:  # a full disk: keep draining, the cell must not notice
+                        log.warning("%s: %s; the rest of this log is dropped", self.path, exc)
+                        kept = self.limit
+                    else:
+                        kept += len(chunk)
+                dropped += len(data) - max(0, min(room, len(data)))
+            if dropped:
+                try:
+                    sink.write(f"\n[harness: log cut at {self.limit} bytes; {dropped} more bytes dropped]\n".encode())
+                except OSError:
+                    pass
+
+    def finish(self) -> None:
+        self.stop.set()
+        self.thread.join()
+        self.pipe.close()
