@@ -1,6 +1,7 @@
 """What the integration and fault tiers share: running the harness as a user does, reading its
 results, and small real stable-ABI extensions made on the fly."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -9,6 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 from typing import Any
+
+EXAMPLES = Path(__file__).parents[1] / "examples"
 
 
 def harness(
@@ -179,3 +182,76 @@ def harness_in_mount_namespace(
         stderr=subprocess.STDOUT,
         timeout=1200,
     )
+
+
+def harness_containers(host: str) -> list[str]:
+    """Every container the harness made that still exists (running or not)."""
+    import docker
+
+    client = docker.DockerClient(base_url=host, timeout=30)
+    try:
+        return [c.name for c in client.containers.list(all=True, filters={"label": "torch-abi-harness.pid"})]
+    finally:
+        client.close()
+
+
+PASSING = """
+from @NS@ import ops
+
+def test_answer():
+    assert ops.answer() == 41
+
+def test_answer_again():
+    assert ops.answer() + 1 == 42
+"""
+
+
+@dataclasses.dataclass
+class Workspace:
+    """A matrix, its extensions, and private cache and reports directories."""
+
+    root: Path
+    cache: Path
+    reports: Path
+    env: dict[str, str]
+
+    @property
+    def matrix(self) -> Path:
+        return self.root / "matrix.yaml"
+
+    def add_extension(self, name: str, tests: str | None = PASSING, **kwargs: Any) -> Path:
+        return make_extension(self.root / "extensions", name, tests, **kwargs)
+
+    def write_matrix(self, builds: str, runtimes: str = "  - torch: 2.13.0\n", extra: str = "") -> None:
+        self.matrix.write_text(f"schema_version: 1\n{extra}runtimes:\n{runtimes}builds:\n{builds}")
+
+    def args(self, *more: str | Path) -> list[str | Path]:
+        return ["run", "--matrix", self.matrix, "--cache-dir", self.cache, "--reports-dir", self.reports, *more]
+
+    def run(self, *more: str | Path, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
+        """`python -m harness run` on this workspace, to completion."""
+        return harness(*self.args(*more), cwd=self.root, timeout=timeout, env=self.env)
+
+    def start(self, *more: str | Path, session: bool = True) -> subprocess.Popen[str]:
+        """The same in the background, leading its own process group (as a terminal's job does),
+        e.g. to interrupt it."""
+        return start_harness(*self.args(*more), cwd=self.root, env=self.env, session=session)
+
+    def results(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads((self.reports / "latest" / "results.json").read_text())
+        return data
+
+    def cells(self) -> dict[str, dict[str, Any]]:
+        return {c["id"]: c for c in self.results()["cells"]}
+
+    def only_cell(self) -> dict[str, Any]:
+        (cell,) = self.results()["cells"]
+        return dict(cell)
+
+    def builds(self) -> list[Path]:
+        """The build directories in this workspace's cache (one per build, keyed by content)."""
+        return sorted(p for p in (self.cache / "builds").iterdir() if p.is_dir() and not p.name.startswith("tmp"))
+
+    def env_dir(self, torch: str = "2.13.0") -> Path:
+        (found,) = (p for p in (self.cache / "envs").glob(f"torch-{torch}-*") if p.is_dir())
+        return found

@@ -44,6 +44,19 @@ def _write() -> None:
         sys.stderr.write(f"harness_cellprobe: cannot write {path}: {exc}\n")
 
 
+def _host_pid() -> int:
+    """This process's pid as the harness's host sees it: in the harness sandbox's PID namespace
+    os.getpid() is a small local number, while /proc (the host's) lists every level in NSpid."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("NSpid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.getpid()
+
+
 def _error_chain(exc: BaseException) -> list[str]:
     chain: list[str] = []
     seen: set[int] = set()
@@ -69,7 +82,7 @@ def _end(code: int, message: str) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
-    _record.update(phase="import_torch", plugin_started=time.time(), pid=os.getpid())
+    _record.update(phase="import_torch", plugin_started=time.time(), pid=_host_pid())
     _write()
     started = time.perf_counter()
     import torch

@@ -19,8 +19,8 @@ from kit import harness, observed
 
 from harness import integrity
 
-if TYPE_CHECKING:  # several conftest modules share that name: at run time it may be another one
-    from conftest import Workspace
+if TYPE_CHECKING:
+    from kit import Workspace
 
 LIBTORCH = "torch/lib/libtorch_cpu.so"
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kit import cells_by_id, harness, latest_results, make_extension, start_harness  # noqa: F401  (the tests import these from here)
+from kit import EXAMPLES
 from packaging.version import Version
 
 from harness.build import IGNORED
@@ -25,7 +25,6 @@ from harness.sources import resolve_sources, uv_binary
 from harness.versions import ApiLevel
 
 HERE = Path(__file__).parent
-EXAMPLES = HERE.parents[1] / "examples"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -120,17 +119,6 @@ def docker_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             proc.kill()
             proc.wait()
         shutil.rmtree(root, ignore_errors=True)
-
-
-def harness_containers(host: str) -> list[str]:
-    """Every container the harness made that still exists (running or not)."""
-    import docker
-
-    client = docker.DockerClient(base_url=host, timeout=30)
-    try:
-        return [c.name for c in client.containers.list(all=True, filters={"label": "torch-abi-harness.pid"})]
-    finally:
-        client.close()
 
 
 def build_wheel(source: Path, torch: str, target: str, out_dir: Path) -> Path:

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from conftest import harness
+from kit import harness
 
 
 def test_a_release_the_sources_do_not_have_is_named_before_any_work(repo: Path, tmp_path: Path) -> None:

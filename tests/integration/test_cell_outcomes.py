@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import cells_by_id, harness, latest_results, make_extension, start_harness
+from kit import cells_by_id, harness, latest_results, make_extension, start_harness
 
 
 @pytest.fixture(scope="module")

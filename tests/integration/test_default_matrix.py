@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from conftest import cells_by_id, harness, latest_results
+from kit import cells_by_id, harness, latest_results
 
 from harness.config import load_matrix
 from harness.plan import make_plan

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import cells_by_id, harness, harness_containers, latest_results, make_extension, start_harness
+from kit import cells_by_id, harness, harness_containers, latest_results, make_extension, start_harness
 
 pytestmark = pytest.mark.docker
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import cells_by_id, harness, latest_results, make_extension
+from kit import cells_by_id, harness, latest_results, make_extension
 
 CPP = """\
 #include <torch/csrc/stable/library.h>

@@ -3,7 +3,7 @@
 import shutil
 from pathlib import Path
 
-from conftest import EXAMPLES, cells_by_id, harness, latest_results
+from kit import EXAMPLES, cells_by_id, harness, latest_results
 
 
 def wheel_extension(root: Path, name: str, wheel: Path, min_target: str) -> None:

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from conftest import cells_by_id, harness, latest_results
+from kit import cells_by_id, harness, latest_results
 
 ENUM_KEYS = {"enum_return_is_int.ScalarType", "enum_return_is_int.Layout", "enum_return_is_int.MemoryFormat"}
 

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from conftest import cells_by_id, harness, latest_results
+from kit import cells_by_id, harness, latest_results
 
 
 def test_target_newer_than_the_build_torch(repo: Path, tmp_path: Path) -> None:
