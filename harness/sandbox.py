@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness import commands
+from harness.errors import CommandError
 from harness.sources import uv_binary
 
 log = logging.getLogger(__name__)
@@ -137,7 +138,7 @@ def uv_cache_dir() -> Path | None:
     """uv's cache, whose files the envs hardlink (writing one changes every env of that release)."""
     try:
         out = commands.run([uv_binary(), "cache", "dir"], timeout=30).stdout.strip().splitlines()
-    except Exception as exc:  # the cell still runs; only this path goes unprotected
+    except (CommandError, OSError) as exc:  # the cell still runs; only this path goes unprotected
         log.warning("uv's cache directory not found, so not protected from cells: %s", exc)
         return None
     return Path(out[-1]) if out else None

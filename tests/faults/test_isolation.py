@@ -1,0 +1,139 @@
+"""Cells cannot damage what others use, and nothing a cell starts outlives it (venv backend).
+
+The hostile suite tries, from inside its cell, every write the catalogue found possible before:
+into its torch env (E7, E8), into uv's cache that env files are hardlinks of, into another
+build's unpacked wheel, into the harness's probe plugin, and over another cell's result. Each
+test passes only if its write is refused; a bystander extension's cell must pass in the same run
+and the next, and the env must still match RECORD file by file.
+"""
+
+import json
+import os
+import signal
+import time
+
+from kit import observed, processes_mentioning
+
+from harness import integrity
+
+HOSTILE = """
+import errno
+import glob
+import json
+import os
+import pathlib
+
+import harness_cellprobe
+import pytest
+import torch
+
+TARGETS = json.loads(pathlib.Path(__file__).with_name("targets.json").read_text())
+SITE = pathlib.Path(torch.__file__).parents[1]
+
+
+def refused(path, create=False):
+    # Opening path for writing must fail. Nothing is ever written: if the sandbox failed, an existing
+    # file (the harness's own probe plugin, say) is opened for append and closed untouched.
+    flags = os.O_WRONLY | (os.O_CREAT | os.O_EXCL if create else os.O_APPEND)
+    with pytest.raises(OSError) as info:
+        os.close(os.open(path, flags))
+    assert info.value.errno in (errno.EROFS, errno.EACCES, errno.EPERM), info.value
+
+
+def test_E7_rewrite_torch_init():
+    refused(SITE / "torch" / "__init__.py")
+
+
+def test_E8_drop_a_pth_into_site_packages():
+    refused(SITE / "zz_hostile.pth", create=True)
+
+
+def test_write_into_uvs_cache():
+    refused(pathlib.Path(TARGETS["uv_cache"]) / "hostile.txt", create=True)
+
+
+def test_write_into_another_builds_site():
+    (other,) = glob.glob(TARGETS["other_site"])
+    refused(other)
+
+
+def test_write_into_the_probe_plugin():
+    refused(harness_cellprobe.__file__)
+
+
+def test_forge_another_cells_result():
+    (other,) = glob.glob(os.path.join(os.getcwd(), "..", "bystander@*", "result.json"))
+    refused(other)
+"""
+SLEEPS = """
+import time
+
+def test_sleeps():
+    time.sleep(300)
+"""
+
+
+def test_a_hostile_suite_changes_nothing_another_cell_uses(workspace, private_uv_cache, catalogue) -> None:
+    workspace.add_extension("bystander")
+    hostile = workspace.add_extension("hostile", HOSTILE)
+    (hostile / "tests" / "targets.json").write_text(
+        json.dumps(
+            {
+                "uv_cache": str(private_uv_cache),
+                "other_site": f"{workspace.cache}/builds/bystander*/site/bystander/*.py",
+            }
+        )
+    )
+    builds = "".join(f"  - extension: {n}\n    torch: 2.13.0\n    target: '2.10'\n" for n in ("bystander", "hostile"))
+    workspace.write_matrix(builds)
+    first = workspace.run("-j", "1")
+    cells = workspace.cells()
+    second = workspace.run("-j", "1")
+    again = workspace.cells()
+    site = next((workspace.cache / "envs").glob("torch-2.13.0-*/lib/python*/site-packages"))
+    damage = integrity.take(site)[0]
+    hostile_cell = cells["hostile@b2.13.0-t2.10~r2.13.0-cpu"]
+    catalogue(
+        "E7/E8",
+        "a test suite writes into its torch env (torch/__init__.py, a .pth), uv's cache, another build, the probe "
+        "plugin and another cell's result",
+        "every write refused (the hostile cell passes only then); the bystander passes in this run and the next; "
+        "the env matches RECORD",
+        f"{observed(first)}; hostile: {hostile_cell['status']} ({hostile_cell['reason']}); bystander: "
+        f"{cells['bystander@b2.13.0-t2.10~r2.13.0-cpu']['status']}, next run "
+        f"{again['bystander@b2.13.0-t2.10~r2.13.0-cpu']['status']}; env damage: {len(damage)}",
+    )
+    assert first.returncode == 0, first.stdout
+    assert {c["status"] for c in cells.values()} == {"PASS"}, cells
+    assert hostile_cell["tests"]["passed"] == 6
+    assert second.returncode == 0 and {c["status"] for c in again.values()} == {"PASS"}, second.stdout
+    assert damage == []
+    assert "is damaged" not in second.stdout
+
+
+def test_B8_cells_die_with_a_killed_harness(workspace, catalogue) -> None:
+    """B8: after SIGKILL of the harness its cells ran on with no timeout. Now they die with it."""
+    workspace.add_extension("sleeper", SLEEPS)
+    workspace.write_matrix("  - extension: sleeper\n    torch: 2.13.0\n    target: '2.10'\n")
+    proc = workspace.start()
+    deadline = time.monotonic() + 300
+    while (
+        not list(workspace.reports.glob("*/cells/*/probe.json"))
+        or '"tests"' not in next(workspace.reports.glob("*/cells/*/probe.json")).read_text()
+    ):
+        assert time.monotonic() < deadline and proc.poll() is None, "the cell never started"
+        time.sleep(0.2)
+    cell_pid = json.loads(next(workspace.reports.glob("*/cells/*/probe.json")).read_text())["pid"]
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=30)
+    started = time.monotonic()
+    while time.monotonic() - started < 10 and processes_mentioning(str(workspace.root)):
+        time.sleep(0.1)
+    left = processes_mentioning(str(workspace.root))
+    catalogue(
+        "B8",
+        "SIGKILL of the harness while a cell runs",
+        "the cell and everything it started die with the harness",
+        f"{len(left)} process(es) left after {time.monotonic() - started:.1f} s",
+    )
+    assert left == [], f"the cell (its pytest was pid {cell_pid}) outlived the harness: {left}"
