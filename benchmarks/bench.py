@@ -19,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness import sandbox
 from harness.build import Builder
 from harness.cli import default_cache_dir
 from harness.config import load_matrix
@@ -45,6 +46,19 @@ def bare_import_seconds(python: Path, repeats: int = 3) -> float:
     return min(samples)
 
 
+def sandbox_seconds(
+    argv: list[str], box: sandbox.Sandbox | None, protected: list[Path], out: Path, repeats: int = 20
+) -> float:
+    """Median wall time of argv, plain or wrapped in the cell sandbox."""
+    wrapped = box.wrap(argv, protected, [out]) if box else argv
+    samples = []
+    for _ in range(repeats):
+        started = time.monotonic()
+        subprocess.run(wrapped, check=True, capture_output=True)
+        samples.append(time.monotonic() - started)
+    return statistics.median(samples)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--matrix", type=Path, default=REPO / "matrix.yaml")
@@ -66,9 +80,7 @@ def main() -> int:
     for spec in specs:
         env, seconds = timed(envs.ensure, spec)
         ready[spec] = env
-        print(
-            f"   reuse  torch {env.torch_version:<16} {seconds * 1000:7.1f} ms  (verified marker and torch/version.py)"
-        )
+        print(f"   reuse  torch {env.torch_version:<16} {seconds * 1000:7.1f} ms  (verified: one stat per RECORD file)")
     with tempfile.TemporaryDirectory(prefix="bench-env-") as tmp:
         fresh = EnvManager(Path(tmp), sources)
         spec = next(s for s in specs if str(s.torch) == args.new_env)
@@ -78,6 +90,19 @@ def main() -> int:
             "(uv cache warm: hardlinks + bytecode + one import)"
         )
         figures["new_env_seconds"] = round(seconds, 2)
+
+    print("== the venv cell sandbox (namespaces, read-only binds, capabilities dropped)")
+    box = sandbox.detect()
+    if box.isolated:
+        env = next(iter(ready.values()))
+        protected = [cache, *([uv] if (uv := sandbox.uv_cache_dir()) else []), REPO / "harness" / "cellprobe", REPO]
+        with tempfile.TemporaryDirectory(prefix="bench-cell-") as out:
+            plain = sandbox_seconds([str(env.python), "-c", "pass"], None, protected, Path(out))
+            boxed = sandbox_seconds([str(env.python), "-c", "pass"], box, protected, Path(out))
+        print(f"   python -c pass: {plain * 1000:6.1f} ms plain, {boxed * 1000:6.1f} ms in the sandbox (median of 20)")
+        figures["sandbox_overhead_ms"] = round((boxed - plain) * 1000, 1)
+    else:
+        print(f"   not available here: {box.reason}")
 
     print("== builds (compiled into an empty build cache, then looked up again)")
     with tempfile.TemporaryDirectory(prefix="bench-build-") as tmp:

@@ -41,17 +41,23 @@ def write_json(path: Path, data: Any) -> None:
 
 
 def writable_dir(path: Path, what: str) -> None:
-    """Make sure path is a directory this process can write (made if missing), before any work
-    starts; BadInputError naming the path, the problem and the fix otherwise. Writing is tried for
-    real: mode bits do not stop root, a read-only mount or an immutable directory does."""
+    """Make sure path is a directory this process can write, or can be made in one, before any work
+    starts; BadInputError naming the path, the problem and the fix otherwise. Nothing is created:
+    a run refused later for another reason leaves no trace. Writing is tried for real (mode bits do
+    not stop root; a read-only mount or an immutable directory does)."""
     if path.exists() and not path.is_dir():
         raise BadInputError(f"{what} {path}: exists and is not a directory; name a directory (it is made if missing)")
+    existing = path.absolute()
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise BadInputError(f"{what} {path}: {existing} is not a directory, so it cannot be made; name another")
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".harness-write-check-", dir=path)
+        fd, probe = tempfile.mkstemp(prefix=".harness-write-check-", dir=existing)
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
+        where = "" if existing == path.absolute() else f" (it would be made in {existing})"
         raise BadInputError(
-            f"{what} {path}: cannot be written ({exc.strerror or exc}); name a directory you can write"
+            f"{what} {path}: cannot be written{where}: {exc.strerror or exc}; name a directory you can write"
         ) from exc

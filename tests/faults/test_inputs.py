@@ -86,7 +86,7 @@ def test_A22_a_read_only_reports_dir(workspace, catalogue) -> None:
         "--reports-dir on a read-only mount",
         result,
         f"--reports-dir {workspace.reports}",
-        "cannot be written (Read-only file system)",
+        "cannot be written: Read-only file system",
     )
 
 
