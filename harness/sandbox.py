@@ -36,20 +36,14 @@ from harness.sources import uv_binary
 
 log = logging.getLogger(__name__)
 
-# $1: how many read-only paths, then those paths; then how many writable ones, then those; then the command.
+# Arguments: (ro|rw PATH)... -- COMMAND...; paths in order, so a writable one inside a read-only one opens it again.
 INIT = """\
-n=$1; shift
-while [ "$n" -gt 0 ]; do
-  mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" ||
-    { echo "harness sandbox: cannot protect $1" >&2; exit 125; }
-  shift; n=$((n-1))
+while [ "$1" != "--" ]; do
+  mount --bind "$2" "$2" && mount -o "remount,bind,$1" "$2" ||
+    { echo "harness sandbox: cannot mount $2 $1" >&2; exit 125; }
+  shift 2
 done
-n=$1; shift
-while [ "$n" -gt 0 ]; do
-  mount --bind "$1" "$1" && mount -o remount,bind,rw "$1" ||
-    { echo "harness sandbox: cannot open $1" >&2; exit 125; }
-  shift; n=$((n-1))
-done
+shift
 setpriv --bounding-set=-all --inh-caps=-all --no-new-privs -- "$@"
 exit $?
 """
@@ -93,10 +87,9 @@ class Sandbox:
             "-c",
             INIT,
             "harness-cell-init",
-            str(len(ro)),
-            *ro,
-            str(len(rw)),
-            *rw,
+            *(arg for path in ro for arg in ("ro", path)),
+            *(arg for path in rw for arg in ("rw", path)),
+            "--",
             *argv,
         ]
 
