@@ -137,3 +137,52 @@ def test_B8_cells_die_with_a_killed_harness(workspace, catalogue) -> None:
         f"{len(left)} process(es) left after {time.monotonic() - started:.1f} s",
     )
     assert left == [], f"the cell (its pytest was pid {cell_pid}) outlived the harness: {left}"
+
+
+DETACHES_AND_FLOODS = """
+import atexit
+import os
+import subprocess
+import sys
+
+
+def flood():  # after pytest has given fd 1 back: straight into the cell's stdout
+    chunk = "x" * (1 << 20)
+    for _ in range(100):
+        sys.stdout.write(chunk)
+    sys.stdout.flush()
+
+
+def test_detaches_a_child_and_floods_stdout_at_exit():
+    subprocess.Popen(["setsid", sys.executable, "-c", "import time; time.sleep(600)", os.environ["MARKER"]])
+    atexit.register(flood)
+"""
+
+
+def test_E1_E3_a_detached_child_dies_with_its_cell_and_a_flood_of_output_is_capped(workspace, catalogue) -> None:
+    """E1: a test's `setsid` child survived the run. E3: 500 MB of stdout made a 524 MB stdout.log."""
+    marker = f"harness-fault-e1-{os.getpid()}"
+    workspace.env["MARKER"] = marker
+    workspace.add_extension("noisy", DETACHES_AND_FLOODS.replace('os.environ["MARKER"]', repr(marker)))
+    workspace.write_matrix("  - extension: noisy\n    torch: 2.13.0\n    target: '2.10'\n")
+    result = workspace.run()
+    time.sleep(0.5)
+    left = processes_mentioning(marker)
+    cell = workspace.only_cell()
+    log = (workspace.reports / "latest" / cell["logs"]["stdout"]).read_bytes()
+    catalogue(
+        "E1",
+        "a test starts a `setsid` child that sleeps 600 s",
+        "the child dies with its cell",
+        f"{observed(result, cell)}; {len(left)} detached process(es) left",
+    )
+    catalogue(
+        "E3",
+        "a test writes 100 MB to stdout",
+        "stdout.log keeps 64 MB and says what it dropped; the cell is unaffected",
+        f"{observed(result, cell)}; stdout.log {len(log) / 2**20:.1f} MB, ends {log[-60:].decode().strip()!r}",
+    )
+    assert left == []
+    assert result.returncode == 0 and cell["status"] == "PASS", result.stdout
+    assert len(log) < 64 * 2**20 + 200
+    assert b"more bytes dropped]" in log[-200:]
