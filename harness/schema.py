@@ -56,6 +56,7 @@ def _index_nodes(node: yaml.Node, path: KeyPath, lines: dict[KeyPath, int], writ
 # index, the schema check, the matrix's own checks) walks it as a tree: a few nested aliases in a
 # few hundred bytes become billions of values ("billion laughs"). A matrix is far smaller than this.
 MAX_EXPANDED_NODES = 100_000
+MAX_DEPTH = 64  # a matrix nests about 5 deep; the readers after this one recurse once per level
 
 
 def _check_expansion(path: Path, root: yaml.Node) -> None:
@@ -63,7 +64,11 @@ def _check_expansion(path: Path, root: yaml.Node) -> None:
     sizes: dict[int, int] = {}
     in_progress: set[int] = set()
 
-    def size(node: yaml.Node) -> int:
+    def size(node: yaml.Node, depth: int = 0) -> int:
+        if depth > MAX_DEPTH:
+            raise ConfigError(
+                path, [f"line {node.start_mark.line + 1}: nested more than {MAX_DEPTH} levels deep: refused"]
+            )
         key = id(node)
         if key in sizes:
             return sizes[key]
@@ -71,9 +76,9 @@ def _check_expansion(path: Path, root: yaml.Node) -> None:
             raise ConfigError(path, [f"line {node.start_mark.line + 1}: an alias refers to itself (a recursive value)"])
         in_progress.add(key)
         if isinstance(node, yaml.MappingNode):
-            total = 1 + sum(size(k) + size(v) for k, v in node.value)
+            total = 1 + sum(size(k, depth + 1) + size(v, depth + 1) for k, v in node.value)
         elif isinstance(node, yaml.SequenceNode):
-            total = 1 + sum(size(item) for item in node.value)
+            total = 1 + sum(size(item, depth + 1) for item in node.value)
         else:
             total = 1
         in_progress.discard(key)
@@ -119,6 +124,8 @@ class Document:
             if node is not None:
                 _check_expansion(path, node)
             data = loader.construct_document(node) if node is not None else None
+        except RecursionError as exc:  # the composer and every reader of the tree recurse per level
+            raise ConfigError(path, ["nested too deeply to be a matrix or extension file"]) from exc
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""

@@ -169,3 +169,13 @@ def test_a_few_anchors_still_load(tmp_path: Path) -> None:
 def test_an_alias_to_itself_is_refused(tmp_path: Path) -> None:
     found = problems(write_matrix(tmp_path, "a: &a [1, *a]\n"))
     assert len(found) == 1 and ("refers to itself" in found[0] or "not valid YAML" in found[0])
+
+
+def test_nesting_too_deep_for_a_recursive_reader_is_refused(tmp_path: Path) -> None:
+    found = problems(write_matrix(tmp_path, "a: " + "[" * 5000 + "]" * 5000 + "\n"))
+    assert found == ["nested too deeply to be a matrix or extension file"]
+
+
+def test_nesting_deeper_than_any_matrix_is_refused_with_its_line(tmp_path: Path) -> None:
+    found = problems(write_matrix(tmp_path, "schema_version: 1\na: " + "[" * 200 + "]" * 200 + "\n"))
+    assert found == ["line 2: nested more than 64 levels deep: refused"]
