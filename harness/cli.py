@@ -73,6 +73,43 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+def api_level(text: str) -> ApiLevel:
+    """argparse type: a target such as 2.10."""
+    try:
+        return ApiLevel.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def existing_file(text: str) -> Path:
+    """argparse type: a file that exists (a directory or a typo is a usage error, not exit 3)."""
+    path = Path(text)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(
+            f"{text}: {'is a directory' if path.is_dir() else 'no such file'}; pass a file"
+        )
+    return path
+
+
+def wheel_directory(text: str) -> str:
+    """argparse type: a directory of wheels (--find-links)."""
+    if not Path(text).is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: no such directory; pass a directory of wheels")
+    return text
+
+
+def torch_include(text: str) -> Path:
+    """argparse type: a release's torch/include. A wrong path would make every compile probe fail,
+    which reads as 'not visible when compiled' for every declaration: a false all-clear."""
+    path = Path(text)
+    if not (path / "torch").is_dir():
+        raise argparse.ArgumentTypeError(
+            f"{text}: no torch/ directory in it; pass a release's torch/include "
+            "(site-packages/torch/include of an env holding that release)"
+        )
+    return path
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="python -m harness", description=__doc__)
     top.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -112,6 +149,7 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--find-links",
             action="append",
+            type=wheel_directory,
             default=[],
             metavar="DIR",
             help="a directory of wheels, e.g. a candidate torch wheel (repeatable)",
@@ -165,7 +203,7 @@ def parser() -> argparse.ArgumentParser:
     common(plan)
 
     check = sub.add_parser("check", help="predict from ELF symbols alone where an artifact (.so or wheel) loads")
-    check.add_argument("artifact", type=Path, help="a shared object or a wheel")
+    check.add_argument("artifact", type=existing_file, help="a shared object or a wheel")
     check.add_argument(
         "--runtimes",
         default=None,
@@ -194,11 +232,14 @@ def parser() -> argparse.ArgumentParser:
     )
     audit.add_argument("release", help="the release whose headers are audited, e.g. 2.12.1")
     audit.add_argument(
-        "--min-target", default="2.9", help="the lowest target an extension may ask for (default: %(default)s)"
+        "--min-target",
+        type=api_level,
+        default="2.9",
+        help="the lowest target an extension may ask for (default: %(default)s)",
     )
     audit.add_argument(
         "--headers",
-        type=Path,
+        type=torch_include,
         default=None,
         help="torch/include of that release for the compile probes (default: its harness env, if made)",
     )
@@ -301,7 +342,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     matrix = load_matrix_with_overrides(args)
     plan = make_plan(matrix, args.select, args.backend)
-    cache_dir = args.cache_dir or default_cache_dir()
+    cache_dir = (args.cache_dir or default_cache_dir()).absolute()  # cells run in their own directory
     writable_dir(args.reports_dir, "--reports-dir")
     writable_dir(cache_dir, "--cache-dir" if args.cache_dir else "the cache directory ($HARNESS_CACHE_DIR)")
     options = RunOptions(
@@ -366,8 +407,10 @@ def cmd_base_image(args: argparse.Namespace) -> int:
     from harness.container.images import ensure_base
 
     settings = load_matrix(args.matrix).docker
+    cache = (args.cache_dir or default_cache_dir()).absolute()
+    writable_dir(cache, "--cache-dir")
     engine = connect()
-    name = ensure_base(engine, args.cache_dir or default_cache_dir(), settings.base_image, settings.debian_mirror)
+    name = ensure_base(engine, cache, settings.base_image, settings.debian_mirror)
     size = engine.client.images.get(name).attrs.get("Size", 0)
     console.print(f"{name} ({size / 1e6:.0f} MB) in the engine at {engine.address}")
     return int(ExitCode.OK)
@@ -488,7 +531,7 @@ def cmd_audit_guards(args: argparse.Namespace) -> int:
 
     manifest = packaged_manifest()
     release = manifest.release(args.release)
-    breaks = find_latent_breaks(manifest, release, ApiLevel.parse(args.min_target))
+    breaks = find_latent_breaks(manifest, release, args.min_target)
     include = args.headers
     if include is None and not args.no_probe:
         env = EnvManager(default_cache_dir(), ResolvedSources(None, (), (), "")).cached(
@@ -504,7 +547,7 @@ def cmd_audit_guards(args: argparse.Namespace) -> int:
         emit_json(
             {
                 "release": release,
-                "min_target": args.min_target,
+                "min_target": str(args.min_target),
                 "probed": probed,
                 "latent_breaks": [b.to_json() for b in breaks],
             }

@@ -5,7 +5,7 @@ import os
 import shutil
 
 import pytest
-from kit import harness_in_mount_namespace, observed
+from kit import harness, harness_in_mount_namespace, observed
 
 BOMB = "".join(
     f"{name}: &{name} [{', '.join([f'*{prev}'] * 9 if prev else ['x'] * 9)}]\n"
@@ -104,3 +104,15 @@ def test_A27_a_yaml_bomb_is_refused_at_once(workspace, catalogue) -> None:
     assert len(BOMB) < 400
     result = workspace.run(timeout=60)
     _refused(workspace, catalogue, "A27", f"a {len(BOMB)}-byte matrix of nested YAML aliases", result, "aliases")
+
+
+def test_a_relative_cache_dir_works_like_an_absolute_one(workspace, catalogue) -> None:
+    """Found while probing A23: a relative --cache-dir gave an internal error after every build (cells
+    run in their own directory, where the relative env path means nothing)."""
+    args = workspace.args()
+    args[args.index("--cache-dir") + 1] = "relative-cache"
+    result = harness(*args, cwd=workspace.root, env=workspace.env)
+    cell = workspace.only_cell() if (workspace.reports / "latest").exists() else None
+    catalogue("A23b", "--cache-dir given as a relative path", "works like the absolute path", observed(result, cell))
+    assert result.returncode == 0, result.stdout
+    assert (workspace.root / "relative-cache" / "envs").is_dir()
