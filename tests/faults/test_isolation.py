@@ -178,7 +178,7 @@ def test_E1_E3_a_detached_child_dies_with_its_cell_and_a_flood_of_output_is_capp
     )
     catalogue(
         "E3",
-        "a test writes 100 MB to stdout",
+        "a test registers an at-exit handler that writes 100 MB to stdout",
         "stdout.log keeps 64 MB and says what it dropped; the cell is unaffected",
         f"{observed(result, cell)}; stdout.log {len(log) / 2**20:.1f} MB, ends {log[-60:].decode().strip()!r}",
     )
