@@ -9,11 +9,11 @@ import signal
 import stat
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from harness.run import CellExecution
+from harness.execute import CellExecution
+from harness.status import Status
 from harness.symbols import demangle
-from harness.verdict import Status
 
 PYTEST_EXIT = {
     2: "interrupted (often a test module failed to import)",
@@ -60,16 +60,84 @@ class DocDifference:
         return cls(data["key"], data["text"], tuple(data["tests"]))
 
 
-def doc_differences(probe: dict[str, Any]) -> tuple[DocDifference, ...]:
+def doc_differences(entries: object) -> tuple[DocDifference, ...]:
     """The probe's records merged by (key, text), sorted; malformed entries are dropped, not fatal."""
     tests: dict[tuple[str, str], list[str]] = {}
-    for entry in probe.get("doc_differences") or ():
+    for entry in entries if isinstance(entries, list) else ():
         if not isinstance(entry, dict) or not all(isinstance(entry.get(k), str) for k in ("key", "text", "test")):
             continue
         seen = tests.setdefault((entry["key"], entry["text"]), [])
         if entry["test"] not in seen:
             seen.append(entry["test"])
     return tuple(DocDifference(key, text, tuple(names)) for (key, text), names in sorted(tests.items()))
+
+
+T = TypeVar("T")
+
+
+def _typed(data: dict[str, Any], key: str, kind: type[T] | tuple[type, ...]) -> Any:
+    """data[key] if it has the type the probe writes (a cell may have written anything there), else None."""
+    value = data.get(key)
+    if isinstance(value, bool) and kind in (int, float, (int, float)):
+        return None
+    return value if isinstance(value, kind) else None
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbeRecord:
+    """What harness_cellprobe recorded in the cell, read once; a field of the wrong type reads as absent."""
+
+    phase: str = "start-up"  # start-up, import_torch, skipped, load, load_failed, collect, tests, finished
+    pid: int | None = None  # the pytest process, as the host sees it
+    plugin_started: float | None = None  # time.time() when the plugin started
+    import_torch_s: float | None = None
+    torch_version: str | None = None
+    torch_cuda: str | None = None
+    cuda_available: bool | None = None
+    skip_reason: str | None = None
+    load_ok: bool | None = None
+    load_s: float | None = None
+    error_chain: tuple[str, ...] = ()
+    missing_symbol: str | None = None
+    missing_version: str | None = None
+    module_file: str | None = None
+    current_test: str | None = None
+    exitstatus: int | None = None
+    doc_differences: tuple[DocDifference, ...] = ()
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> ProbeRecord:
+        chain = data.get("error_chain")
+        number = (int, float)
+        return cls(
+            phase=_typed(data, "phase", str) or "start-up",
+            pid=_typed(data, "pid", int),
+            plugin_started=_typed(data, "plugin_started", number),
+            import_torch_s=_typed(data, "import_torch_s", number),
+            torch_version=_typed(data, "torch_version", str),
+            torch_cuda=_typed(data, "torch_cuda", str),
+            cuda_available=_typed(data, "cuda_available", bool),
+            skip_reason=_typed(data, "skip_reason", str),
+            load_ok=_typed(data, "load_ok", bool),
+            load_s=_typed(data, "load_s", number),
+            error_chain=tuple(str(e) for e in chain) if isinstance(chain, list) else (),
+            missing_symbol=_typed(data, "missing_symbol", str),
+            missing_version=_typed(data, "missing_version", str),
+            module_file=_typed(data, "module_file", str),
+            current_test=_typed(data, "current_test", str),
+            exitstatus=_typed(data, "exitstatus", int),
+            doc_differences=doc_differences(data.get("doc_differences")),
+        )
+
+    @classmethod
+    def read(cls, path: Path) -> ProbeRecord | None:
+        """The record in path; None when the cell left none (or not JSON, or not a regular file)."""
+        raw = read_untrusted(path)
+        try:
+            data = json.loads(raw) if raw is not None else None
+        except ValueError:
+            return None
+        return cls.of(data) if isinstance(data, dict) else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,12 +147,8 @@ class Outcome:
     tests: CaseCounts
     failing: tuple[str, ...] = ()
     missing_symbol: str | None = None
-    probe: dict[str, Any] = dataclasses.field(default_factory=dict)
+    probe: ProbeRecord = ProbeRecord()
     tests_seconds: float | None = None
-
-    @property
-    def doc_differences(self) -> tuple[DocDifference, ...]:
-        return doc_differences(self.probe)
 
 
 def read_untrusted(path: Path, limit: int = 64 * 2**20) -> bytes | None:
@@ -130,15 +194,6 @@ def read_junit(path: Path) -> JunitReport | None:
     return JunitReport(CaseCounts(passed, failed, skipped, errors), tuple(failing), seconds)
 
 
-def read_probe(path: Path) -> dict[str, Any] | None:
-    raw = read_untrusted(path)
-    try:
-        data = json.loads(raw) if raw is not None else None
-    except ValueError:
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def _signal_name(number: int) -> str:
     try:
         return signal.Signals(number).name
@@ -151,14 +206,15 @@ def _signal_name(number: int) -> str:
 BEFORE_LOAD = {"start-up", "import_torch"}
 
 
-def _where(probe: dict[str, Any]) -> str:
-    phase = probe.get("phase", "start-up")
-    test = probe.get("current_test")
-    return f"in test {test}" if test and phase == "tests" else f"during {phase.replace('_', ' ')}"
+def _where(probe: ProbeRecord) -> str:
+    if probe.current_test and probe.phase == "tests":
+        return f"in test {probe.current_test}"
+    return f"during {probe.phase.replace('_', ' ')}"
 
 
-def classify(execution: CellExecution, timeout: float, expected_site: Path | None) -> Outcome:
-    probe = read_probe(execution.probe) or {}
+def classify(execution: CellExecution, timeout: float) -> Outcome:
+    record = ProbeRecord.read(execution.probe)
+    probe = record or ProbeRecord()
     junit = read_junit(execution.junit)
     counts = junit.counts if junit else CaseCounts()
     failing = junit.failing if junit else ()
@@ -169,7 +225,7 @@ def classify(execution: CellExecution, timeout: float, expected_site: Path | Non
 
     if execution.decided:
         return outcome(*execution.decided)
-    before_load = probe.get("phase", "start-up") in BEFORE_LOAD
+    before_load = probe.phase in BEFORE_LOAD
     if execution.timed_out:
         if before_load:
             return outcome(
@@ -187,27 +243,23 @@ def classify(execution: CellExecution, timeout: float, expected_site: Path | Non
                 "the torch environment is suspect, not the extension",
             )
         return outcome(Status.CRASHED, f"killed by {_signal_name(-code)} {_where(probe)}")
-    if not probe:
+    if record is None:
         return outcome(Status.ERROR, f"the cell exited {code} before the harness probe ran; see stderr.log")
-    if probe.get("phase") == "skipped" and code == SKIP_EXIT:
-        return outcome(Status.SKIPPED, probe.get("skip_reason", "skipped"))
-    if probe.get("load_ok") is False:
-        symbol = probe.get("missing_symbol")
-        version = probe.get("missing_version")
+    if probe.phase == "skipped" and code == SKIP_EXIT:
+        return outcome(Status.SKIPPED, probe.skip_reason or "skipped")
+    if probe.load_ok is False:
+        symbol = probe.missing_symbol
+        version = probe.missing_version
         if symbol:
             readable = demangle([symbol]).get(symbol, symbol)
             reason = f"undefined symbol: {readable}" + (f" ({symbol})" if readable != symbol else "")
         elif version:
             reason = f"version {version} not found"
         else:
-            reason = (probe.get("error_chain") or ["unknown load error"])[-1]
+            reason = (probe.error_chain or ("unknown load error",))[-1]
         return outcome(Status.LOAD_FAILED, reason, missing_symbol=symbol)
-    module_file = probe.get("module_file")
-    if (
-        expected_site is not None
-        and module_file
-        and not Path(module_file).resolve().is_relative_to(expected_site.resolve())
-    ):
+    module_file = probe.module_file
+    if module_file and not Path(module_file).resolve().is_relative_to(execution.view.site.resolve()):
         return outcome(Status.ERROR, f"the tests imported the extension from {module_file}, not from the built wheel")
     if junit is None:
         return outcome(Status.ERROR, f"pytest exited {code} without writing its junit report")

@@ -21,15 +21,17 @@ from harness.collect import classify
 from harness.config import Matrix
 from harness.envs import Env, EnvManager, EnvSpec
 from harness.errors import HarnessError
+from harness.execute import CellRequest, Executor, RuntimeHandle
 from harness.files import write_json
 from harness.manifest import packaged_manifest
 from harness.plan import Build, Cell, Plan, Runtime
 from harness.predict import ArtifactImports, Predicted, Prediction, findings, predict
 from harness.report import CellResult, RunResult, relative_logs, write_report
-from harness.run import Backend, CellRequest, VenvBackend
+from harness.run import VenvBackend
 from harness.sources import resolve_sources
-from harness.symbols import library_exports, read_artifact
-from harness.verdict import Status, judge, promise
+from harness.status import Status
+from harness.symbols import read_artifact
+from harness.verdict import judge, promise
 
 log = logging.getLogger(__name__)
 # Outcomes that would count against the extension: before one stands, what the cell ran on is checked again.
@@ -59,7 +61,7 @@ class RunOptions:
 
 def make_backend(
     name: str, matrix: Matrix, cache_dir: Path, route: str | None = None, keep_containers: bool = False
-) -> Backend:
+) -> Executor:
     """The backend cells run in; for docker, the engine is checked here, before any work."""
     if name == "venv":
         return VenvBackend()
@@ -127,7 +129,7 @@ def _parallel(
 
 
 class Pipeline:
-    def __init__(self, plan: Plan, options: RunOptions, observer: Observer, backend: Backend | None = None) -> None:
+    def __init__(self, plan: Plan, options: RunOptions, observer: Observer, backend: Executor | None = None) -> None:
         self.plan = plan
         self.options = options
         self.observer = observer
@@ -137,7 +139,8 @@ class Pipeline:
         self.timeout = options.cell_timeout if options.cell_timeout is not None else plan.matrix.settings.cell_timeout
 
     def provision(self) -> dict[EnvSpec, Env]:
-        needed: list[Build | Runtime] = [*self.plan.needed_builds, *self.plan.needed_runtimes]
+        runtimes = [r for r in self.plan.needed_runtimes if self.backend.needs_env(r)]
+        needed: list[Build | Runtime] = [*self.plan.needed_builds, *runtimes]
         specs = list(dict.fromkeys(env_spec(x) for x in needed))
         self.observer.stage("resolve", f"{len(specs)} torch environment(s)")
         self.envs.resolve(specs)
@@ -157,14 +160,15 @@ class Pipeline:
         """The whole run; the report is written even when it is interrupted (ReportError if it cannot be)."""
         started = datetime.datetime.now(datetime.UTC)
         processes.REGISTRY.reset()
+        self.backend.begin_run()
         envs = self.provision()
         runtimes = self.plan.needed_runtimes
         self.observer.stage("backend", f"{self.backend.name}: preparing {len(runtimes)} runtime(s)")
-        self.backend.prepare({runtime: envs[env_spec(runtime)] for runtime in runtimes})
+        handles = self.backend.prepare({runtime: envs.get(env_spec(runtime)) for runtime in runtimes})
         builds = self.build_all(envs)
         run_id, run_dir = new_run_dir(self.options.reports_dir)
         builds = {build: _with_log_in(run_dir, result) for build, result in builds.items()}
-        predictions = self.predict_cells(envs, builds)
+        predictions = self.predict_cells(handles, builds)
         cells = self.plan.cells
         self.observer.stage("run", f"{len(cells)} cell(s), {self.options.jobs} at a time, timeout {self.timeout:.0f} s")
         threads = max(1, (os.cpu_count() or 1) // self.options.jobs)
@@ -172,8 +176,9 @@ class Pipeline:
         interrupted = False
 
         def one(cell: Cell) -> CellResult:
-            env, build = envs[env_spec(cell.runtime)], builds[cell.build]
-            return self.run_cell(cell, env, build, run_dir, threads, predictions.get(cell.id))
+            return self.run_cell(
+                cell, handles[cell.runtime], builds[cell.build], run_dir, threads, predictions.get(cell.id)
+            )
 
         def done(result: CellResult) -> None:
             results[result.id] = result
@@ -186,8 +191,8 @@ class Pipeline:
             log.warning("interrupted: %d of %d cells finished; writing the report", len(results), len(cells))
         for cell in cells:
             if cell.id not in results:
-                env = envs[env_spec(cell.runtime)]
-                result = self.unrun(cell, builds[cell.build], "not run: the run was interrupted", env, run_dir)
+                handle = handles[cell.runtime]
+                result = self.unrun(cell, builds[cell.build], "not run: the run was interrupted", handle, run_dir)
                 results[cell.id] = self._record(result, run_dir / "cells" / cell.id)
         run = RunResult(
             run_id=run_id,
@@ -206,7 +211,9 @@ class Pipeline:
         _point_latest(self.options.reports_dir, run_dir)
         return run, run_dir
 
-    def predict_cells(self, envs: dict[EnvSpec, Env], builds: dict[Build, BuildResult]) -> dict[str, Prediction]:
+    def predict_cells(
+        self, handles: dict[Runtime, RuntimeHandle], builds: dict[Build, BuildResult]
+    ) -> dict[str, Prediction]:
         """Every cell predicted from ELF symbols (the build's imports, the runtime's exports) before any runs.
 
         A file that cannot be read as ELF (a damaged library) leaves its cells unpredicted, with a
@@ -221,23 +228,23 @@ class Pipeline:
                     imports[build] = ArtifactImports.of(read_artifact(result.wheel))
                 except (ELFError, OSError, HarnessError) as exc:
                     log.warning("%s: cannot read the built wheel's ELF symbols, no prediction: %s", build.id, exc)
-        exports: dict[EnvSpec, frozenset[str] | None] = {}
+        exports: dict[Runtime, frozenset[str] | None] = {}
         predictions: dict[str, Prediction] = {}
         for cell in self.plan.cells:
             if cell.build not in imports:
                 continue
-            env = envs[env_spec(cell.runtime)]
-            if env.spec not in exports:
+            handle = handles[cell.runtime]
+            if cell.runtime not in exports:
                 try:
-                    exports[env.spec] = library_exports(env.torch_lib, env.path / "harness-exports.json")
+                    exports[cell.runtime] = handle.exports()
                 except (ELFError, OSError, HarnessError) as exc:
                     log.warning(
-                        "torch %s: cannot read its libraries' ELF symbols, no prediction: %s", env.torch_version, exc
+                        "torch %s: cannot read its libraries' ELF symbols, no prediction: %s", handle.torch_version, exc
                     )
-                    exports[env.spec] = None
-            found = exports[env.spec]
+                    exports[cell.runtime] = None
+            found = exports[cell.runtime]
             if found is not None:
-                predictions[cell.id] = predict(imports[cell.build], env.torch_version, found, manifest, True)
+                predictions[cell.id] = predict(imports[cell.build], handle.torch_version, found, manifest, True)
         failing = sum(p.outcome is Predicted.LOAD_FAILED for p in predictions.values())
         self.observer.stage(
             "predict",
@@ -249,7 +256,7 @@ class Pipeline:
     def run_cell(
         self,
         cell: Cell,
-        env: Env,
+        runtime: RuntimeHandle,
         build: BuildResult,
         run_dir: Path,
         threads: int,
@@ -259,13 +266,13 @@ class Pipeline:
         out = run_dir / "cells" / cell.id
         try:
             out.mkdir(parents=True, exist_ok=True)
-            result = self._run_cell(cell, env, build, out, run_dir, threads, prediction)
+            result = self._run_cell(cell, runtime, build, out, run_dir, threads, prediction)
         except processes.Interrupted:
-            result = self.unrun(cell, build, "not run: the run was interrupted", env, run_dir)
+            result = self.unrun(cell, build, "not run: the run was interrupted", runtime, run_dir)
         except Exception as exc:  # never let one cell's fault of the harness lose the run
             log.warning("%s: the harness failed on this cell", cell.id, exc_info=True)
             result = self.unrun(
-                cell, build, f"the harness failed on this cell: {type(exc).__name__}: {exc}", env, run_dir
+                cell, build, f"the harness failed on this cell: {type(exc).__name__}: {exc}", runtime, run_dir
             )
         return self._record(result, out)
 
@@ -291,7 +298,7 @@ class Pipeline:
     def _run_cell(
         self,
         cell: Cell,
-        env: Env,
+        runtime: RuntimeHandle,
         build: BuildResult,
         out: Path,
         run_dir: Path,
@@ -300,21 +307,22 @@ class Pipeline:
     ) -> CellResult:
         if not build.ok:
             status = Status.ERROR if build.infrastructure else Status.BUILD_FAILED
-            return self.unrun(cell, build, build.reason, env, run_dir, status=status)
+            return self.unrun(cell, build, build.reason, runtime, run_dir, status=status)
         timeout = self.cell_timeout(cell)
         designed = cell.build.extension.expect
-        execution = self.backend.run_cell(CellRequest(cell, env, build, out, timeout, threads))
-        outcome = classify(execution, timeout, execution.site)
+        execution = self.backend.execute(CellRequest(cell, runtime, build, out, timeout, threads))
+        outcome = classify(execution, timeout)
         if cell.runtime.device == "cuda" and outcome.status is Status.SKIPPED and self.options.require_gpu:
             outcome = dataclasses.replace(outcome, status=Status.ERROR, reason=f"--require-gpu: {outcome.reason}")
-        if processes.REGISTRY.stopping.is_set() and outcome.status not in {Status.PASS, Status.SKIPPED}:
+        stopped = processes.REGISTRY.stopping.is_set() or self.backend.stopping
+        if stopped and outcome.status not in {Status.PASS, Status.SKIPPED}:
             outcome = dataclasses.replace(
                 outcome,
                 status=Status.ERROR,
                 reason=f"interrupted after {execution.seconds:.0f} s: the run was stopped while this cell ran",
             )
         elif outcome.status in SUSPECT:
-            damage = self._damage(env, build, out)
+            damage = self._damage(runtime, build, out)
             if damage:
                 outcome = dataclasses.replace(
                     outcome,
@@ -322,13 +330,13 @@ class Pipeline:
                     reason=f"{damage} (the cell ended {outcome.status.value}: {outcome.reason})",
                 )
         probe = outcome.probe
-        startup = probe.get("plugin_started")
+        startup = probe.plugin_started
         return self._result(
             cell,
             outcome.status,
             outcome.reason,
-            runtime_torch=probe.get("torch_version") or env.torch_version,
-            runtime_variant=env.variant,
+            runtime_torch=probe.torch_version or runtime.torch_version,
+            runtime_variant=runtime.variant,
             tests=outcome.tests,
             failing_tests=outcome.failing,
             missing_symbol=outcome.missing_symbol,
@@ -336,12 +344,12 @@ class Pipeline:
                 "total": execution.seconds,
                 "build": build.seconds,
                 "startup": (startup - execution.launched_at) if startup else None,
-                "import_torch": probe.get("import_torch_s"),
-                "load": probe.get("load_s"),
+                "import_torch": probe.import_torch_s,
+                "load": probe.load_s,
                 "tests": outcome.tests_seconds,
             },
             prediction=prediction.to_json() if prediction else None,
-            doc_differences=outcome.doc_differences,
+            doc_differences=probe.doc_differences,
             findings=(
                 *build.findings,
                 *findings(prediction, outcome.status.value, outcome.reason, outcome.missing_symbol, designed),
@@ -364,12 +372,12 @@ class Pipeline:
             return self.options.cell_timeout
         return cell.build.extension.timeout or self.timeout
 
-    def _damage(self, env: Env, build: BuildResult, out: Path) -> str | None:
+    def _damage(self, runtime: RuntimeHandle, build: BuildResult, out: Path) -> str | None:
         """After a cell failed: is what it ran on still as verified at the start, and did it have room
-        to write? If not, the failure is no evidence about the extension."""
-        damage = self.envs.verify(env)
+        to write? If not, the failure is no evidence about the extension. (An image is the engine's to keep.)"""
+        damage = self.envs.verify(runtime.env) if runtime.env is not None else None
         if damage:
-            return f"the torch {env.torch_version} env was damaged during the run: {damage}"
+            return f"the torch {runtime.torch_version} env was damaged during the run: {damage}"
         damage = self.builder.verify(build)
         if damage:
             return f"the build {build.build.id} was damaged during the run: {damage}"
@@ -386,7 +394,7 @@ class Pipeline:
         cell: Cell,
         build: BuildResult,
         reason: str,
-        env: Env,
+        runtime: RuntimeHandle,
         run_dir: Path,
         status: Status = Status.ERROR,
     ) -> CellResult:
@@ -395,8 +403,8 @@ class Pipeline:
             cell,
             status,
             reason,
-            runtime_torch=env.torch_version,
-            runtime_variant=env.variant,
+            runtime_torch=runtime.torch_version,
+            runtime_variant=runtime.variant,
             durations={"build": build.seconds},
             logs=relative_logs([("build", build.log)], run_dir),
         )

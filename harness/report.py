@@ -13,7 +13,8 @@ from typing import Any
 from harness.collect import CaseCounts, DocDifference
 from harness.errors import ExitCode, InfrastructureError
 from harness.files import write_atomic
-from harness.verdict import Expected, Status, Verdict
+from harness.status import Status
+from harness.verdict import Expected, Verdict
 
 RESULTS_SCHEMA_VERSION = 3  # 2: each cell has its static prediction and findings; 3: and its doc_differences
 

@@ -1,8 +1,8 @@
-"""Run one cell: the extension's pytest suite in a runtime, one process, a timeout, logs kept.
+"""The venv backend: a cell's pytest in the runtime's uv virtualenv on this host, in the harness sandbox.
 
-Backends share this request/execution vocabulary; ``VenvBackend`` runs in a
-uv virtualenv on this host. Results cross the process boundary only as files
-(junit XML and the probe JSON), never as parsed stdout.
+Results cross the process boundary only as files (junit XML and the probe JSON), never as parsed
+stdout. The pieces every backend shares (the cell's pytest command line, its environment, its
+pytest configuration) live here too.
 """
 
 from __future__ import annotations
@@ -15,76 +15,26 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, Protocol
+from typing import IO
 
 from harness import commands, processes, sandbox
-from harness.build import BuildResult
 from harness.envs import Env
+from harness.execute import (
+    CappedLog,
+    CellRequest,
+    CellView,
+    Executor,
+    RuntimeHandle,
+    supervise,
+)
 from harness.files import write_atomic
-from harness.plan import Cell, Runtime
-from harness.verdict import Status
+from harness.plan import Runtime
 
 log = logging.getLogger(__name__)
 
 PROBE_DIR = Path(__file__).parent / "cellprobe"
-KILL_GRACE_SECONDS = 5.0
-LOG_LIMIT = 64 * 2**20  # per stream, as the docker backend's log driver keeps
-
-
-@dataclasses.dataclass(frozen=True)
-class CellRequest:
-    cell: Cell
-    env: Env
-    build: BuildResult
-    out_dir: Path
-    timeout: float
-    threads: int = 1
-
-
-@dataclasses.dataclass(frozen=True)
-class CellExecution:
-    returncode: int | None  # negative: killed by that signal
-    timed_out: bool
-    launched_at: float  # time.time() at launch, to split interpreter start from the rest
-    seconds: float
-    stdout: Path
-    stderr: Path
-    junit: Path
-    probe: Path
-    site: Path | None = None  # the unpacked wheel as the runtime sees it (a container sees its mount point)
-    # Set when the backend decided the cell without a result from pytest: the docker engine
-    # failed it (ERROR), or cannot give it the GPU it asks for (SKIPPED).
-    decided: tuple[Status, str] | None = None
-
-    @classmethod
-    def in_dir(
-        cls, out: Path, returncode: int | None, timed_out: bool, launched_at: float, seconds: float
-    ) -> CellExecution:
-        """An execution whose files have the standard names in the cell's output directory."""
-        return cls(
-            returncode,
-            timed_out,
-            launched_at,
-            seconds,
-            out / "stdout.log",
-            out / "stderr.log",
-            out / "junit.xml",
-            out / "probe.json",
-        )
-
-
-class Backend(Protocol):
-    name: str
-
-    def prepare(self, runtimes: dict[Runtime, Env]) -> None:
-        """Make ready whatever cells of these runtimes need, before the first one starts."""
-
-    def run_cell(self, request: CellRequest) -> CellExecution: ...
-
-    def stop_all(self) -> None:
-        """Kill every running cell and refuse new ones: the run was interrupted."""
 
 
 def pytest_argv(python: Path | str, tests: Path, out_dir: Path, config: Path) -> list[str]:
@@ -108,74 +58,26 @@ def pytest_argv(python: Path | str, tests: Path, out_dir: Path, config: Path) ->
     ]
 
 
-def cell_config(request: CellRequest) -> Path:
+def cell_config(request: CellRequest, writable: Path) -> Path:
     """The extension's own pytest.ini when it has one; never the harness's configuration."""
     own = request.cell.build.extension.tests / "pytest.ini"
     if own.is_file():
         return own
-    generated = request.out_dir / "pytest.ini"
+    generated = writable / "pytest.ini"
     write_atomic(generated, "[pytest]\njunit_family = xunit2\n")
     return generated
 
 
-class VenvBackend:
-    name = "venv"
-
-    def prepare(self, runtimes: dict[Runtime, Env]) -> None:
-        pass  # the envs are the runtimes
-
-    def __init__(self) -> None:
-        self.sandbox = sandbox.detect()
-        if not self.sandbox.isolated:
-            log.warning(
-                "cells run without the sandbox (%s): a cell can write into the envs and builds others use "
-                "(each is verified after a failing cell) and a process it detaches can outlive it",
-                self.sandbox.reason,
-            )
-
-    def stop_all(self) -> None:
-        processes.REGISTRY.stop_all(grace=0)
-
-    def run_cell(self, request: CellRequest) -> CellExecution:
-        out = request.out_dir
-        (out / "tmp").mkdir(parents=True, exist_ok=True)
-        assert request.build.site is not None, "cells run only for builds that produced a wheel"
-        environ = cell_environ(
-            request,
-            pythonpath=[request.build.site, PROBE_DIR],
-            probe_file=out / "probe.json",
-            tmp=out / "tmp",
-            PATH=os.environ.get("PATH", "/usr/bin:/bin"),
-            HOME=os.environ.get("HOME", str(out)),
-            LANG=os.environ.get("LANG", "C.UTF-8"),
-        )
-        for passthrough in ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"):
-            if passthrough in os.environ:
-                environ[passthrough] = os.environ[passthrough]
-        argv = pytest_argv(request.env.python, request.cell.build.extension.tests, out, cell_config(request))
-        extension = request.cell.build.extension
-        protected = [
-            request.env.path.parents[1],  # the harness cache: every env and build
-            *([uv_cache] if (uv_cache := sandbox.uv_cache_dir()) else []),  # what the envs' files are hardlinks of
-            PROBE_DIR,
-            extension.root,
-            extension.tests,
-            out.parents[1],  # the run's reports: other cells' files
-        ]
-        where = (
-            f"# in the harness sandbox: read-only {', '.join(map(str, protected))}; writable {out}\n"
-            if self.sandbox.isolated
-            else f"# without the sandbox: {self.sandbox.reason}\n"
-        )
-        write_atomic(out / "command.txt", commands.shell_line(argv, environ, out) + "\n" + where)
-        execution = run_process(argv, environ, out, request.timeout, self.sandbox, protected)
-        return dataclasses.replace(execution, site=request.build.site)
-
-
 def cell_environ(
-    request: CellRequest, *, pythonpath: list[Path], probe_file: Path, tmp: Path, **extra: str
+    request: CellRequest, *, pythonpath: Sequence[Path], probe_file: Path, tmp: Path, **extra: str
 ) -> dict[str, str]:
-    """The environment of a cell's pytest process, as paths are seen where it runs (host or container)."""
+    """The environment of a cell's pytest process, as paths are seen where it runs (host or container).
+
+    Besides the probe's own settings it tells the tests what they run as, so that a suite never
+    parses the cell id: HARNESS_TARGET is the API level the binary was built for (TORCH_TARGET_VERSION,
+    or the build torch's own level), HARNESS_BUILD_TORCH the torch it was built against.
+    """
+    build = request.cell.build
     return {
         **extra,
         "TMPDIR": str(tmp),
@@ -185,10 +87,143 @@ def cell_environ(
         "PYTHONFAULTHANDLER": "1",
         "OMP_NUM_THREADS": str(request.threads),
         "HARNESS_PROBE_FILE": str(probe_file),
-        "HARNESS_EXT_MODULE": request.cell.build.extension.module,
+        "HARNESS_EXT_MODULE": build.extension.module,
         "HARNESS_DEVICE": request.cell.runtime.device,
         "HARNESS_CELL_ID": request.cell.id,
+        "HARNESS_BUILD_ID": build.id,
+        "HARNESS_BUILD_TORCH": str(build.torch),
+        "HARNESS_TARGET": str(build.effective_target),
+        "HARNESS_RUNTIME_ID": request.cell.runtime.id,
+        "HARNESS_RUNTIME_TORCH": request.runtime.torch_version,
     }
+
+
+class VenvBackend(Executor):
+    name = "venv"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sandbox = sandbox.detect()
+        if not self.sandbox.isolated:
+            log.warning(
+                "cells run without the sandbox (%s): a cell can write into the envs and builds others use "
+                "(each is verified after a failing cell) and a process it detaches can outlive it",
+                self.sandbox.reason,
+            )
+
+    def prepare(self, runtimes: Mapping[Runtime, Env | None]) -> dict[Runtime, RuntimeHandle]:
+        handles = {}
+        for runtime, env in runtimes.items():
+            assert env is not None, "the venv backend runs every runtime from its env"
+            handles[runtime] = RuntimeHandle.of_env(runtime, env)
+        return handles
+
+    def protected(self, request: CellRequest) -> list[Path]:
+        """What a cell may read but never change: everything but its own output directory."""
+        env, extension = request.runtime.env, request.cell.build.extension
+        assert env is not None
+        return [
+            env.path.parents[1],  # the harness cache: every env and build
+            *([uv_cache] if (uv_cache := sandbox.uv_cache_dir()) else []),  # what the envs' files are hardlinks of
+            PROBE_DIR,
+            extension.root,
+            extension.tests,
+            request.out_dir.parents[1],  # the run's reports: other cells' files
+        ]
+
+    def view(self, request: CellRequest) -> CellView:
+        out = request.out_dir
+        (out / "tmp").mkdir(parents=True, exist_ok=True)
+        environ = cell_environ(
+            request,
+            pythonpath=[request.site, PROBE_DIR],
+            probe_file=out / "probe.json",
+            tmp=out / "tmp",
+            PATH=os.environ.get("PATH", "/usr/bin:/bin"),
+            HOME=os.environ.get("HOME", str(out)),
+            LANG=os.environ.get("LANG", "C.UTF-8"),
+        )
+        for passthrough in ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"):
+            if passthrough in os.environ:
+                environ[passthrough] = os.environ[passthrough]
+        tests = request.cell.build.extension.tests
+        argv = pytest_argv(request.runtime.python, tests, out, cell_config(request, out))
+        where = (
+            f"# in the harness sandbox: read-only {', '.join(map(str, self.protected(request)))}; writable {out}"
+            if self.sandbox.isolated
+            else f"# without the sandbox: {self.sandbox.reason}"
+        )
+        command = commands.shell_line(argv, environ, out) + "\n" + where
+        return CellView(tuple(argv), environ, request.site, out / "junit.xml", out / "probe.json", command)
+
+    def start(self, request: CellRequest, view: CellView, stdout: CappedLog, stderr: CappedLog) -> Process:
+        return Process.start(
+            view.argv, view.environ, request.out_dir, stdout, stderr, self.sandbox, self.protected(request)
+        )
+
+
+class Process:
+    """A command in its own session and process group (in the sandbox when given one), its output
+    pumped into capped logs. Killing it kills its whole group."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], pumps: list[LogPump], box: sandbox.Sandbox) -> None:
+        self.proc = proc
+        self.pumps = pumps
+        self.box = box
+
+    @classmethod
+    def start(
+        cls,
+        argv: Sequence[str],
+        environ: Mapping[str, str],
+        cwd: Path,
+        stdout: CappedLog,
+        stderr: CappedLog,
+        box: sandbox.Sandbox,
+        protected: Sequence[Path] = (),
+    ) -> Process:
+        log.debug("$ %s", commands.shell_line(list(argv), dict(environ), cwd))
+        proc = processes.REGISTRY.popen(
+            box.wrap(argv, protected, [cwd]),
+            cwd=cwd,
+            env=dict(environ),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+        )
+        assert proc.stdout is not None and proc.stderr is not None
+        return cls(proc, [LogPump(proc.stdout, stdout), LogPump(proc.stderr, stderr)], box)
+
+    def wait(self, timeout: float | None) -> int | None:
+        try:
+            return self.box.returncode(self.proc.wait(timeout=timeout))
+        except subprocess.TimeoutExpired:
+            return None
+
+    def kill(self, grace: float) -> None:
+        if grace > 0:
+            processes.kill_group(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=grace)
+                return
+            except subprocess.TimeoutExpired:
+                pass
+        processes.kill_group(self.proc.pid, signal.SIGKILL)
+
+    def close(self, stdout: CappedLog, stderr: CappedLog) -> None:
+        processes.REGISTRY.release(self.proc)  # kills stragglers a test may have started in its group
+        self.proc.wait()
+        for pump in self.pumps:
+            pump.finish()
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcessResult:
+    returncode: int | None  # negative: killed by that signal; None: killed at the timeout
+    timed_out: bool
+    seconds: float
+    stdout: Path
+    stderr: Path
 
 
 def run_process(
@@ -198,92 +233,50 @@ def run_process(
     timeout: float,
     box: sandbox.Sandbox | None = None,
     protected: Sequence[Path] = (),
-) -> CellExecution:
-    """Run argv (in the sandbox, when given one) in its own process group; on timeout kill the whole
-    group. stdout and stderr are kept up to LOG_LIMIT each. Nothing is left running."""
+) -> ProcessResult:
+    """Run argv (in the sandbox, when given one) in its own process group, the way cells run, outside
+    any run: stdout.log and stderr.log in out, capped; on timeout the whole group is killed."""
     box = box or sandbox.Sandbox("none", "not asked for")
-    stdout, stderr = out / "stdout.log", out / "stderr.log"
-    log.debug("$ %s", commands.shell_line(argv, environ, out))
-    launched_at, started = time.time(), time.monotonic()
-    timed_out = False
-    proc = processes.REGISTRY.popen(
-        box.wrap(argv, protected, [out]),
-        cwd=out,
-        env=environ,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-    )
-    assert proc.stdout is not None and proc.stderr is not None
-    pumps = [LogPump(proc.stdout, stdout, LOG_LIMIT), LogPump(proc.stderr, stderr, LOG_LIMIT)]
+    stdout, stderr = CappedLog(out / "stdout.log"), CappedLog(out / "stderr.log")
+    started = time.monotonic()
     try:
+        process = Process.start(argv, environ, out, stdout, stderr, box, protected)
         try:
-            code: int | None = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            processes.kill_group(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=KILL_GRACE_SECONDS)
-            except subprocess.TimeoutExpired:
-                processes.kill_group(proc.pid, signal.SIGKILL)
-                proc.wait()
-            code = None
-    except BaseException:  # interrupted: do not leave the cell behind
-        processes.kill_group(proc.pid, signal.SIGKILL)
-        proc.wait()
-        raise
+            code, timed_out = supervise(process, timeout)
+        finally:
+            process.close(stdout, stderr)
     finally:
-        processes.REGISTRY.release(proc)  # kills stragglers a test may have started in its group
-        for pump in pumps:
-            pump.finish()
-    returncode = None if code is None else box.returncode(code)
-    return CellExecution.in_dir(out, returncode, timed_out, launched_at, time.monotonic() - started)
+        stdout.close()
+        stderr.close()
+    return ProcessResult(code, timed_out, time.monotonic() - started, stdout.path, stderr.path)
 
 
 class LogPump:
-    """Copies one of a cell's output pipes into its log file, keeping at most LOG_LIMIT bytes and
-    then only draining (a cell never blocks on, or fills the disk through, its output)."""
+    """Copies one of a process's output pipes into its capped log, in a thread (a cell never blocks on its
+    output); once the process has ended, a writer it detached that still holds the pipe is not waited for."""
 
-    def __init__(self, pipe: IO[bytes], path: Path, limit: int = LOG_LIMIT) -> None:
+    def __init__(self, pipe: IO[bytes], sink: CappedLog) -> None:
         self.pipe = pipe
-        self.path = path
-        self.limit = limit
+        self.sink = sink
         self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._pump, name=f"log {path.name}", daemon=True)
+        self.thread = threading.Thread(target=self._pump, name=f"log {sink.path.name}", daemon=True)
         self.thread.start()
 
     def _pump(self) -> None:
         fd = self.pipe.fileno()
-        kept = dropped = 0
         deadline: float | None = None
-        with open(self.path, "wb") as sink:
-            while True:
-                if self.stop.is_set() and deadline is None:
-                    deadline = time.monotonic() + 2.0
-                ready, _, _ = select.select([fd], [], [], 0.2)
-                if deadline is not None and (not ready or time.monotonic() > deadline):
-                    break  # the cell is over; only a writer it detached still holds the pipe
-                if not ready:
-                    continue
-                data = os.read(fd, 1 << 16)
-                if not data:
-                    break
-                room = self.limit - kept
-                if room > 0:
-                    chunk = data[:room]
-                    try:
-                        sink.write(chunk)
-                    except OSError as exc:  # a full disk: keep draining, the cell must not notice
-                        log.warning("%s: %s; the rest of this log is dropped", self.path, exc)
-                        kept = self.limit
-                    else:
-                        kept += len(chunk)
-                dropped += len(data) - max(0, min(room, len(data)))
-            if dropped:
-                try:
-                    sink.write(f"\n[harness: log cut at {self.limit} bytes; {dropped} more bytes dropped]\n".encode())
-                except OSError:
-                    pass
+        while True:
+            if self.stop.is_set() and deadline is None:
+                deadline = time.monotonic() + 2.0
+            ready, _, _ = select.select([fd], [], [], 0.2)
+            if deadline is not None and (not ready or time.monotonic() > deadline):
+                break  # the process is over; only a writer it detached still holds the pipe
+            if not ready:
+                continue
+            data = os.read(fd, 1 << 16)
+            if not data:
+                break
+            self.sink.write(data)
 
     def finish(self) -> None:
         self.stop.set()

@@ -6,20 +6,8 @@ import dataclasses
 import enum
 
 from harness.plan import Cell
+from harness.status import Status
 from harness.versions import ApiLevel
-
-
-class Status(enum.StrEnum):
-    """What happened in a cell. Only PASS..TIMEOUT are outcomes of the extension itself."""
-
-    PASS = "PASS"
-    TEST_FAILED = "TEST_FAILED"
-    LOAD_FAILED = "LOAD_FAILED"
-    BUILD_FAILED = "BUILD_FAILED"
-    CRASHED = "CRASHED"
-    TIMEOUT = "TIMEOUT"
-    SKIPPED = "SKIPPED"
-    ERROR = "ERROR"  # the harness or its infrastructure failed; says nothing about the extension
 
 
 class Expected(enum.StrEnum):

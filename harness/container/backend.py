@@ -9,6 +9,7 @@ whatever the way it ends, unless kept for debugging.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -16,8 +17,8 @@ import os
 import shlex
 import signal
 import socket
-import threading
 import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +32,11 @@ from harness.container import images
 from harness.container.engine import LABEL, Engine, EngineError
 from harness.envs import Env
 from harness.errors import BadInputError
-from harness.files import write_atomic
-from harness.plan import Runtime
-from harness.run import PROBE_DIR, CellExecution, CellRequest, cell_config, cell_environ, pytest_argv
+from harness.execute import CappedLog, CellDecided, CellRequest, CellView, Executor, RuntimeHandle
+from harness.plan import Cell, Runtime
+from harness.run import PROBE_DIR, cell_config, cell_environ, pytest_argv
 from harness.sources import ResolvedSources
-from harness.verdict import Status
+from harness.status import Status
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ SITE, TESTS, PROBE, OUT, ENV, TOOLS = (ROOT / n for n in ("site", "tests", "prob
 CELL_UID = 10001  # the unprivileged user cells run as when the harness itself runs as root
 
 
-class DockerBackend:
+class DockerBackend(Executor):
     name = "docker"
 
     def __init__(
@@ -55,53 +56,56 @@ class DockerBackend:
         sources: ResolvedSources,
         keep_containers: bool = False,  # debugging: leave each cell's container behind, stopped
     ) -> None:
+        super().__init__()
         self.engine = engine
         self.options = options
         self.keep_containers = keep_containers
         self.cache_dir = cache_dir
         self.sources = sources
         self.images: dict[Runtime, images.RuntimeImage] = {}
-        self._active: dict[str, Container] = {}
-        self._lock = threading.Lock()
-        self._stopping = threading.Event()
 
     # ---- before any cell -------------------------------------------------------------
 
-    def prepare(self, runtimes: dict[Runtime, Env]) -> None:
+    def needs_env(self, runtime: Runtime) -> bool:
+        return runtime.image is None  # a runtime's own image brings its torch
+
+    def prepare(self, runtimes: Mapping[Runtime, Env | None]) -> dict[Runtime, RuntimeHandle]:
         """Every runtime's image ready (made, baked or pulled) before the first cell starts."""
         remove_stale_containers(self.engine, self.keep_containers)
         base = ""
         if any(r.image is None for r in runtimes):
             base = images.ensure_base(self.engine, self.cache_dir, self.options.base_image, self.options.debian_mirror)
-            check_python(self.engine, base, {env.spec.python for r, env in runtimes.items() if r.image is None})
+            check_python(self.engine, base, {env.spec.python for env in runtimes.values() if env is not None})
+        handles = {}
         for runtime, env in runtimes.items():
             started = time.monotonic()
             if runtime.image is not None:
                 image = images.ensure_named(self.engine, runtime.image, f"runtime {runtime.id}: image")
-                python = check_torch(self.engine, image, env.torch_version, runtime.id)
-                image = dataclasses.replace(image, tools=images.ensure_pytest_tools(self.cache_dir, python))
-            elif self.options.route == "baked":
-                image = images.ensure_baked(self.engine, base, env, self.sources, self.cache_dir)
+                found = check_torch(self.engine, image, str(runtime.torch), runtime.id)
+                image = dataclasses.replace(image, tools=images.ensure_pytest_tools(self.cache_dir, found.python))
+                handles[runtime] = images.image_runtime(self.engine, runtime, image, found, self.cache_dir)
             else:
-                image = images.RuntimeImage(base, "mounted", "python3", env, None)
+                assert env is not None, "a runtime without an image of its own is held by a host env"
+                if self.options.route == "baked":
+                    image = images.ensure_baked(self.engine, base, env, self.sources, self.cache_dir)
+                else:
+                    image = images.RuntimeImage(base, "mounted", "python3", env, None)
+                handles[runtime] = RuntimeHandle.of_env(runtime, env, image.python)
             self.images[runtime] = image
             log.info("%s: %s image %s (%.1f s)", runtime.id, image.route, image.name, time.monotonic() - started)
+        return handles
 
     # ---- one cell ----------------------------------------------------------------------
 
-    def run_cell(self, request: CellRequest) -> CellExecution:
+    def view(self, request: CellRequest) -> CellView:
         out = request.out_dir
-        assert request.build.site is not None, "cells run only for builds that produced a wheel"
         image = self.images[request.cell.runtime]
         # The container writes only into a fresh subdirectory; the harness's own files (logs,
         # command.txt, result.json) live beside it, where the container cannot plant a symlink.
         work = out / "container"
         work.mkdir()
-        mounts = {
-            request.build.site: SITE,
-            request.cell.build.extension.tests: TESTS,
-            PROBE_DIR: PROBE,
-        }
+        tests = request.cell.build.extension.tests
+        mounts = {request.site: SITE, tests: TESTS, PROBE_DIR: PROBE}
         path = [SITE, PROBE]
         if image.mount_env is not None:
             mounts[image.mount_env.path] = ENV
@@ -109,10 +113,8 @@ class DockerBackend:
         if image.tools is not None:
             mounts[image.tools] = TOOLS
             path.append(TOOLS)
-        config, host_tests = cell_config(dataclasses.replace(request, out_dir=work)), request.cell.build.extension.tests
-        config_inside = (
-            TESTS / config.relative_to(host_tests) if config.is_relative_to(host_tests) else OUT / config.name
-        )
+        config = cell_config(request, work)
+        config_inside = TESTS / config.relative_to(tests) if config.is_relative_to(tests) else OUT / config.name
         # The cell's uid has no passwd entry: getpass.getuser() reads USER and LOGNAME first.
         environ = cell_environ(
             request,
@@ -125,103 +127,121 @@ class DockerBackend:
             LANG="C.UTF-8",
         )
         argv = pytest_argv(image.python, TESTS, OUT, config_inside)
-        kwargs = self.container_kwargs(request, image, mounts, work, environ)
-        write_atomic(out / "command.txt", docker_run_line(image.name, argv, kwargs) + "\n")
-        owner = _hand_to_cell_user(work)
+        settings = container_settings(self.options, request.cell, mounts, work, environ)
+        command = docker_run_line(image.name, argv, settings)
+        return CellView(tuple(argv), environ, SITE, work / "junit.xml", work / "probe.json", command, settings)
+
+    def start(self, request: CellRequest, view: CellView, stdout: CappedLog, stderr: CappedLog) -> ContainerCell:
+        image = self.images[request.cell.runtime].name
+        work = request.out_dir / "container"
+        with _engine_failures(request.cell.id):
+            container = self.engine.client.containers.create(image, list(view.argv), **view.settings)
+        memory = str(view.settings.get("mem_limit"))
+        cell = ContainerCell(container, work, _hand_to_cell_user(work), self.keep_containers, request.cell.id, memory)
         try:
-            return self._run(image.name, argv, kwargs, out, work, request.timeout)
-        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-            # The engine failed this cell (disk full, engine restarted...): an ERROR cell, and the run goes on.
-            log.warning("%s: the docker engine failed: %s", request.cell.id, exc)
-            reason = f"the docker engine failed: {str(exc).strip().splitlines()[0]}"
-            return _decided(out, work, Status.ERROR, reason)
-        finally:
-            _hand_back(work, owner)
+            with _engine_failures(request.cell.id):
+                try:
+                    container.start()
+                except docker.errors.APIError as exc:
+                    if "device_requests" in view.settings:  # no NVIDIA toolkit, no driver, no device...
+                        reason = f"no GPU: the Docker engine cannot give containers one ({exc.explanation})"
+                        raise CellDecided(Status.SKIPPED, reason) from exc
+                    raise
+        except CellDecided:
+            cell.dispose()
+            raise
+        return cell
 
-    def container_kwargs(
-        self,
-        request: CellRequest,
-        image: images.RuntimeImage,
-        mounts: dict[Path, Path],
-        work: Path,
-        environ: dict[str, str],
-    ) -> dict[str, Any]:
-        binds = [Mount(str(inside), str(host), type="bind", read_only=True) for host, inside in mounts.items()]
-        binds.append(Mount(str(OUT), str(work), type="bind", read_only=False))
-        kwargs: dict[str, Any] = {
-            "network_mode": "none",
-            "read_only": True,
-            "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={self.options.tmpfs}"},
-            "user": f"{CELL_UID}:{CELL_UID}" if os.geteuid() == 0 else f"{os.geteuid()}:{os.getegid()}",
-            "cap_drop": ["ALL"],
-            "security_opt": ["no-new-privileges"],
-            "mem_limit": self.options.memory,
-            "memswap_limit": self.options.memory,
-            "pids_limit": self.options.pids,
-            "init": True,
-            "ipc_mode": "private",
-            "working_dir": str(OUT),
-            "environment": environ,
-            "mounts": binds,
-            "ulimits": [Ulimit(name="core", soft=0, hard=0)],  # a crash leaves no multi-GB core behind
-            "log_config": LogConfig(type="json-file", config={"max-size": "64m", "max-file": "1"}),
-            "labels": owner_labels() | {f"{LABEL}.cell": request.cell.id},
-        }
-        if request.cell.runtime.device == "cuda":
-            kwargs["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
-        return kwargs
 
-    def _run(
-        self, image: str, argv: list[str], kwargs: dict[str, Any], out: Path, work: Path, timeout: float
-    ) -> CellExecution:
-        stdout, stderr = out / "stdout.log", out / "stderr.log"
-        launched_at, started = time.time(), time.monotonic()
-        container = self.engine.client.containers.create(image, argv, **kwargs)
-        with self._lock:
-            self._active[str(container.id)] = container
-        timed_out, returncode = False, None
+class ContainerCell:
+    """One cell's container, started: waited for, killed and removed through the engine."""
+
+    def __init__(
+        self, container: Container, work: Path, owner: tuple[int, int] | None, keep: bool, cell_id: str, memory: str
+    ) -> None:
+        self.memory = memory
+        self.container = container
+        self.work = work
+        self.owner = owner
+        self.keep = keep
+        self.cell_id = cell_id
+
+    def wait(self, timeout: float | None) -> int | None:
         try:
-            if self._stopping.is_set():
-                raise KeyboardInterrupt
-            try:
-                container.start()
-            except docker.errors.APIError as exc:
-                if "device_requests" in kwargs:  # no NVIDIA toolkit, no driver, no device...
-                    reason = f"no GPU: the Docker engine cannot give containers one ({exc.explanation})"
-                    return _decided(out, work, Status.SKIPPED, reason)
-                raise
-            if self._stopping.is_set():  # stop_all ran between the check above and the start
-                _kill(container)
-                raise KeyboardInterrupt
-            try:
-                returncode = _exit_code(container.wait(timeout=timeout)["StatusCode"])
-            except requests.exceptions.RequestException:  # the wait ran out (over a unix socket: a ConnectionError)
-                # Were the engine gone instead, the wait below fails too: the cell becomes an ERROR.
-                timed_out = True
-                _kill(container)
-                container.wait(timeout=60)
-            with open(stdout, "wb") as out_f, open(stderr, "wb") as err_f:
-                for chunk in container.logs(stdout=True, stderr=False, stream=True):
-                    out_f.write(chunk)
-                for chunk in container.logs(stdout=False, stderr=True, stream=True):
-                    err_f.write(chunk)
-            container.reload()
-            if container.attrs["State"].get("OOMKilled"):
-                with open(stderr, "a") as handle:
-                    handle.write(f"\nharness: the kernel's OOM killer ended the cell (limit {kwargs['mem_limit']})\n")
-        finally:
-            with self._lock:
-                self._active.pop(str(container.id), None)
-            _dispose(container, self.keep_containers, kwargs["labels"][f"{LABEL}.cell"])
-        return _execution(out, work, returncode, timed_out, launched_at, time.monotonic() - started)
+            status = self.container.wait(timeout=timeout if timeout is not None else 60)
+        except requests.exceptions.RequestException:
+            # The wait ran out (over a unix socket: a ConnectionError). Were the engine gone instead,
+            # the bounded wait after the kill fails too: the cell becomes an ERROR.
+            if timeout is None:
+                raise CellDecided(Status.ERROR, "the docker engine failed: the container did not stop") from None
+            return None
+        except docker.errors.DockerException as exc:
+            raise _engine_failed(self.cell_id, exc) from exc
+        return _exit_code(status["StatusCode"])
 
-    def stop_all(self) -> None:
-        """Kill every running cell container, and any about to start (an interrupted run leaves nothing)."""
-        self._stopping.set()
-        with self._lock:
-            containers = list(self._active.values())
-        for container in containers:
-            _kill(container)
+    def kill(self, grace: float) -> None:
+        _kill(self.container)  # init passes SIGKILL to the whole container
+
+    def close(self, stdout: CappedLog, stderr: CappedLog) -> None:
+        try:
+            with _engine_failures(self.cell_id):
+                for chunk in self.container.logs(stdout=True, stderr=False, stream=True):
+                    stdout.write(chunk)
+                for chunk in self.container.logs(stdout=False, stderr=True, stream=True):
+                    stderr.write(chunk)
+                self.container.reload()
+                if self.container.attrs["State"].get("OOMKilled"):
+                    stderr.write(f"\nharness: the kernel's OOM killer ended the cell (limit {self.memory})\n".encode())
+        finally:
+            self.dispose()
+
+    def dispose(self) -> None:
+        _dispose(self.container, self.keep, self.cell_id)
+        _hand_back(self.work, self.owner)
+
+
+def container_settings(
+    options: DockerSettings, cell: Cell, mounts: Mapping[Path, Path], work: Path, environ: Mapping[str, str]
+) -> dict[str, Any]:
+    """Everything the engine is given for a cell's container (and, through docker_run_line, command.txt)."""
+    binds = [Mount(str(inside), str(host), type="bind", read_only=True) for host, inside in mounts.items()]
+    binds.append(Mount(str(OUT), str(work), type="bind", read_only=False))
+    settings: dict[str, Any] = {
+        "network_mode": "none",
+        "read_only": True,
+        "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={options.tmpfs}"},
+        "user": f"{CELL_UID}:{CELL_UID}" if os.geteuid() == 0 else f"{os.geteuid()}:{os.getegid()}",
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges"],
+        "mem_limit": options.memory,
+        "memswap_limit": options.memory,
+        "pids_limit": options.pids,
+        "init": True,
+        "ipc_mode": "private",
+        "working_dir": str(OUT),
+        "environment": dict(environ),
+        "mounts": binds,
+        "ulimits": [Ulimit(name="core", soft=0, hard=0)],  # a crash leaves no multi-GB core behind
+        "log_config": LogConfig(type="json-file", config={"max-size": "64m", "max-file": "1"}),
+        "labels": owner_labels() | {f"{LABEL}.cell": cell.id},
+    }
+    if cell.runtime.device == "cuda":
+        settings["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    return settings
+
+
+def _engine_failed(cell_id: str, exc: Exception) -> CellDecided:
+    log.warning("%s: the docker engine failed: %s", cell_id, exc)
+    return CellDecided(Status.ERROR, f"the docker engine failed: {str(exc).strip().splitlines()[0]}")
+
+
+@contextlib.contextmanager
+def _engine_failures(cell_id: str) -> Iterator[None]:
+    """The engine failing a cell (disk full, engine restarted...) makes it an ERROR cell; the run goes on."""
+    try:
+        yield
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        raise _engine_failed(cell_id, exc) from exc
 
 
 def _exit_code(status: int) -> int:
@@ -248,22 +268,6 @@ def _dispose(container: Container, keep: bool, cell: str) -> None:
             container.remove(force=True)
     except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
         log.warning("could not remove container %s (%s): %s", container.short_id, cell, exc)
-
-
-def _execution(
-    out: Path, work: Path, returncode: int | None, timed_out: bool, launched_at: float, seconds: float
-) -> CellExecution:
-    """The standard execution files: logs written by the harness in out, junit and probe from the container's dir."""
-    execution = CellExecution.in_dir(out, returncode, timed_out, launched_at, seconds)
-    return dataclasses.replace(execution, junit=work / "junit.xml", probe=work / "probe.json", site=SITE)
-
-
-def _decided(out: Path, work: Path, status: Status, reason: str) -> CellExecution:
-    """A cell the backend ended without a pytest result; the reason goes to its stderr.log too."""
-    execution = _execution(out, work, None, False, time.time(), 0.0)
-    write_atomic(execution.stdout, "")
-    write_atomic(execution.stderr, reason + "\n")
-    return dataclasses.replace(execution, decided=(status, reason))
 
 
 def _hand_to_cell_user(work: Path) -> tuple[int, int] | None:
@@ -364,11 +368,11 @@ def check_python(engine: Engine, image: str, wanted: set[str]) -> None:
         )
 
 
-def check_torch(engine: Engine, image: images.RuntimeImage, torch_version: str, where: str) -> str:
-    """The image's torch must be the runtime's release; returns the image's python version (X.Y)."""
+def check_torch(engine: Engine, image: images.RuntimeImage, torch_version: str, where: str) -> images.ImageTorch:
+    """The image's torch must be the runtime's release; returns what it holds and where."""
     code = (
-        "import json, sys, torch; "
-        "print(json.dumps({'torch': torch.__version__, 'python': '%d.%d' % sys.version_info[:2]}))"
+        "import json, os, sys, torch; print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, "
+        "'python': '%d.%d' % sys.version_info[:2], 'lib': os.path.join(os.path.dirname(torch.__file__), 'lib')}))"
     )
     found = _probe(engine, image.name, code)
     if found["torch"].split("+")[0] != torch_version.split("+")[0]:
@@ -376,27 +380,51 @@ def check_torch(engine: Engine, image: images.RuntimeImage, torch_version: str, 
             f"{where}: image {image.name} holds torch {found['torch']}, not {torch_version}; "
             "name the image of that release, or change the runtime's torch"
         )
-    return str(found["python"])
+    return images.ImageTorch(str(found["torch"]), found.get("cuda"), str(found["python"]), str(found["lib"]))
 
 
-def docker_run_line(image: str, argv: list[str], kwargs: dict[str, Any]) -> str:
-    """The `docker run` command equivalent to the cell's container, to reproduce a cell by hand."""
-    parts = ["docker", "run", "--rm", f"--network={kwargs['network_mode']}", "--read-only", "--init"]
-    parts += [f"--tmpfs=/tmp:{kwargs['tmpfs']['/tmp']}", f"--user={kwargs['user']}", "--cap-drop=ALL"]
-    parts += [
-        "--security-opt=no-new-privileges",
-        f"--memory={kwargs['mem_limit']}",
-        f"--pids-limit={kwargs['pids_limit']}",
-        f"--memory-swap={kwargs['memswap_limit']}",
-        "--ulimit=core=0",
-        "--log-opt=max-size=64m",
-    ]
-    parts += [f"--ipc={kwargs['ipc_mode']}", f"--workdir={kwargs['working_dir']}"]
-    if "device_requests" in kwargs:
-        parts.append("--gpus=all")
-    for mount in kwargs["mounts"]:
-        readonly = ",readonly" if mount["ReadOnly"] else ""
-        parts.append(f"--mount=type=bind,source={mount['Source']},target={mount['Target']}{readonly}")
-    for key, value in sorted(kwargs["environment"].items()):
-        parts.append(f"--env={key}={value}")
+def docker_run_line(image: str, argv: Sequence[str], settings: Mapping[str, Any]) -> str:
+    """The `docker run` command equivalent to the container the engine was given, to reproduce a cell
+    by hand: every setting is rendered, and one with no flag here is an error, never left out."""
+    parts = ["docker", "run", "--rm"]
+    for key, value in settings.items():
+        render = _RUN_FLAGS.get(key)
+        if render is None:
+            raise ValueError(f"docker_run_line: no `docker run` flag for the container setting {key!r}")
+        parts += render(value)
     return shlex.join([*parts, image, *argv])
+
+
+def _mount_flag(mount: Mapping[str, Any]) -> str:
+    readonly = ",readonly" if mount["ReadOnly"] else ""
+    return f"--mount=type={mount['Type']},source={mount['Source']},target={mount['Target']}{readonly}"
+
+
+def _gpus_flag(requests_: Sequence[Mapping[str, Any]]) -> list[str]:
+    flags = []
+    for request in requests_:
+        count = request.get("Count", 0)
+        flags.append("--gpus=all" if count == -1 else f"--gpus={count}")
+    return flags
+
+
+_RUN_FLAGS: dict[str, Callable[[Any], list[str]]] = {
+    "network_mode": lambda v: [f"--network={v}"],
+    "read_only": lambda v: ["--read-only"] if v else [],
+    "init": lambda v: ["--init"] if v else [],
+    "tmpfs": lambda v: [f"--tmpfs={path}:{opts}" for path, opts in v.items()],
+    "user": lambda v: [f"--user={v}"],
+    "cap_drop": lambda v: [f"--cap-drop={cap}" for cap in v],
+    "security_opt": lambda v: [f"--security-opt={opt}" for opt in v],
+    "mem_limit": lambda v: [f"--memory={v}"],
+    "memswap_limit": lambda v: [f"--memory-swap={v}"],
+    "pids_limit": lambda v: [f"--pids-limit={v}"],
+    "ipc_mode": lambda v: [f"--ipc={v}"],
+    "working_dir": lambda v: [f"--workdir={v}"],
+    "ulimits": lambda v: [f"--ulimit={u['Name']}={u['Soft']}:{u['Hard']}" for u in v],
+    "log_config": lambda v: [f"--log-driver={v['Type']}", *(f"--log-opt={k}={o}" for k, o in v["Config"].items())],
+    "labels": lambda v: [f"--label={k}={o}" for k, o in sorted(v.items())],
+    "device_requests": _gpus_flag,
+    "mounts": lambda v: [_mount_flag(m) for m in v],
+    "environment": lambda v: [f"--env={k}={o}" for k, o in sorted(v.items())],
+}

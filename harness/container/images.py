@@ -4,21 +4,27 @@
 - mounted route: the base image, with the runtime's host env mounted read-only at run time (no copy);
 - baked route: the base image plus that release's wheels, downloaded on the host and installed in
   a container with no network, committed and cached by content;
-- a runtime's own ``image:`` (an official PyTorch image on a GPU runner), pulled if absent.
+- a runtime's own ``image:`` (an official PyTorch image on a GPU runner), pulled if absent; its
+  torch libraries are copied out once (by image id) so that its cells are predicted from the image.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import json
 import logging
 import os
+import re
 import shutil
 import sys
+import tarfile
 import tempfile
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import docker.errors
 from docker.models.images import Image
@@ -26,8 +32,10 @@ from docker.types import Mount
 
 from harness import commands
 from harness.container.engine import LABEL, Engine, EngineError
-from harness.envs import Env, locked
+from harness.envs import Env, detect_variant, locked
 from harness.errors import CommandError
+from harness.execute import RuntimeHandle
+from harness.plan import Runtime
 from harness.sources import ResolvedSources, uv_binary
 
 log = logging.getLogger(__name__)
@@ -56,6 +64,80 @@ class RuntimeImage:
     tools: Path | None  # a named image may lack pytest: the harness's copy for its python goes on the path
     seconds: float = 0.0
     size_bytes: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageTorch:
+    """The torch an image holds, as its python reports it."""
+
+    version: str  # 2.13.0+cpu
+    cuda: str | None
+    python: str  # X.Y
+    lib: str  # torch's library directory inside the image
+
+
+def image_runtime(
+    engine: Engine, runtime: Runtime, image: RuntimeImage, torch: ImageTorch, cache_dir: Path
+) -> RuntimeHandle:
+    """A runtime held by its own image: torch's shared libraries are copied out of it once per image id
+    (only libtorch*, libc10*, libshm*: what prediction reads), so no host env is needed."""
+    image_id = (engine.client.images.get(image.name).id or image.name).split(":")[-1][:16]
+    lib = cache_dir / "docker" / "image-libs" / image_id
+    with locked(lib.parent / f"{image_id}.lock"):
+        if not (lib / ".complete").exists():
+            shutil.rmtree(lib, ignore_errors=True)
+            lib.mkdir(parents=True)
+            _copy_out_libraries(engine, image.name, torch.lib, lib)
+            (lib / ".complete").write_text(image.name + "\n")
+    return RuntimeHandle(
+        runtime, torch.version, detect_variant(torch.version, torch.cuda), image.python, lib, lib / "exports.json"
+    )
+
+
+TORCH_LIBRARY = re.compile(r"^(libtorch|libc10|libshm)[^/]*\.so[^/]*$")
+
+
+def _copy_out_libraries(engine: Engine, image: str, inside: str, dest: Path) -> None:
+    started = time.monotonic()
+    container = engine.client.containers.create(image, ["true"], network_mode="none", labels={f"{LABEL}.role": "copy"})
+    try:
+        stream, _ = container.get_archive(inside)
+        with tarfile.open(fileobj=io.BufferedReader(_ChunkReader(stream), 1 << 20), mode="r|") as archive:
+            for member in archive:
+                name = member.name.rsplit("/", 1)[-1]
+                if member.isfile() and TORCH_LIBRARY.match(name):
+                    source = archive.extractfile(member)
+                    assert source is not None
+                    with open(dest / name, "wb") as sink:
+                        shutil.copyfileobj(source, sink, 1 << 20)
+    finally:
+        container.remove(force=True)
+    copied = sorted(p.name for p in dest.iterdir())
+    if not copied:
+        raise EngineError(f"image {image}: no torch library in {inside}")
+    log.info("copied %d torch libraries out of %s in %.1f s", len(copied), image, time.monotonic() - started)
+
+
+class _ChunkReader(io.RawIOBase):
+    """A raw reader over an iterator of byte chunks (the engine's tar stream), for tarfile's stream mode."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self._chunks: Iterator[bytes] = iter(chunks)
+        self._pending = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._pending:
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                return 0
+            self._pending = chunk
+        size = min(len(buffer), len(self._pending))
+        buffer[:size] = self._pending[:size]
+        self._pending = self._pending[size:]
+        return size
 
 
 def _labels(image: Image) -> dict[str, str]:

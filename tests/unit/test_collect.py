@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.collect import classify, read_junit, read_probe, read_untrusted
-from harness.run import CellExecution
-from harness.verdict import Status
+from harness.collect import ProbeRecord, classify, read_junit, read_untrusted
+from harness.execute import CellExecution, CellView
+from harness.status import Status
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 <testsuites><testsuite name="pytest" errors="0" failures="{failures}" skipped="1" tests="4" time="0.5">
@@ -26,40 +26,32 @@ def cell(tmp_path: Path, code: int | None, probe: dict | None, junit: str | None
         (tmp_path / "probe.json").write_text(json.dumps(probe))
     if junit is not None:
         (tmp_path / "junit.xml").write_text(junit)
-    return CellExecution(
-        code,
-        timed_out,
-        0.0,
-        1.0,
-        tmp_path / "stdout.log",
-        tmp_path / "stderr.log",
-        tmp_path / "junit.xml",
-        tmp_path / "probe.json",
-    )
+    view = CellView(("python",), {}, tmp_path / "site", tmp_path / "junit.xml", tmp_path / "probe.json", "python")
+    return CellExecution(code, timed_out, 0.0, 1.0, tmp_path / "stdout.log", tmp_path / "stderr.log", view)
 
 
 def test_pass(tmp_path: Path) -> None:
-    outcome = classify(cell(tmp_path, 0, LOADED, PASSING), 60, None)
+    outcome = classify(cell(tmp_path, 0, LOADED, PASSING), 60)
     assert (outcome.status, outcome.reason) == (Status.PASS, "2 passed, 1 skipped")
     assert (outcome.tests.passed, outcome.tests.skipped, outcome.tests_seconds) == (2, 1, 0.5)
 
 
 def test_test_failure_names_the_tests(tmp_path: Path) -> None:
     extra = '<testcase classname="test_x" name="test_bad" time="0.1"><failure message="boom"/></testcase>'
-    outcome = classify(cell(tmp_path, 1, LOADED, JUNIT.format(failures=1, extra=extra)), 60, None)
+    outcome = classify(cell(tmp_path, 1, LOADED, JUNIT.format(failures=1, extra=extra)), 60)
     assert outcome.status is Status.TEST_FAILED
     assert outcome.reason == "1 of 4 tests failed: test_x::test_bad"
     assert outcome.failing == ("test_x::test_bad",)
 
 
 def test_never_success_over_a_nonzero_exit(tmp_path: Path) -> None:
-    outcome = classify(cell(tmp_path, 3, LOADED, PASSING), 60, None)
+    outcome = classify(cell(tmp_path, 3, LOADED, PASSING), 60)
     assert (outcome.status, outcome.reason) == (Status.ERROR, "pytest exit 3: internal error")
 
 
 def test_no_tests_collected_is_an_error_not_a_pass(tmp_path: Path) -> None:
     empty = '<testsuites><testsuite name="pytest" tests="0" time="0"/></testsuites>'
-    outcome = classify(cell(tmp_path, 5, LOADED, empty), 60, None)
+    outcome = classify(cell(tmp_path, 5, LOADED, empty), 60)
     assert (outcome.status, outcome.reason) == (Status.ERROR, "pytest exit 5: no tests were collected")
 
 
@@ -68,7 +60,7 @@ def test_all_tests_skipped_is_skipped(tmp_path: Path) -> None:
         '<testsuites><testsuite name="pytest" tests="1" time="0"><testcase classname="t" name="s">'
         '<skipped message="x"/></testcase></testsuite></testsuites>'
     )
-    outcome = classify(cell(tmp_path, 0, LOADED, only_skips), 60, None)
+    outcome = classify(cell(tmp_path, 0, LOADED, only_skips), 60)
     assert (outcome.status, outcome.reason) == (Status.SKIPPED, "all 1 tests skipped")
 
 
@@ -79,7 +71,7 @@ def test_load_failure_carries_the_missing_symbol(tmp_path: Path) -> None:
         "missing_symbol": "torch_list_size",
         "error_chain": ["OSError: Could not load", "OSError: x.so: undefined symbol: torch_list_size"],
     }
-    outcome = classify(cell(tmp_path, 10, probe, None), 60, None)
+    outcome = classify(cell(tmp_path, 10, probe, None), 60)
     assert (outcome.status, outcome.reason, outcome.missing_symbol) == (
         Status.LOAD_FAILED,
         "undefined symbol: torch_list_size",
@@ -94,19 +86,19 @@ def test_load_failure_without_a_symbol_keeps_the_loaders_words(tmp_path: Path) -
         "missing_symbol": None,
         "error_chain": ["OSError: Could not load", "OSError: x.so: wrong ELF class: ELFCLASS32"],
     }
-    outcome = classify(cell(tmp_path, 10, probe, None), 60, None)
+    outcome = classify(cell(tmp_path, 10, probe, None), 60)
     assert (outcome.status, outcome.reason) == (Status.LOAD_FAILED, "OSError: x.so: wrong ELF class: ELFCLASS32")
 
 
 def test_a_signal_is_a_crash_naming_the_running_test(tmp_path: Path) -> None:
     probe = {"phase": "tests", "load_ok": True, "current_test": "test_x.py::test_segv"}
-    outcome = classify(cell(tmp_path, -11, probe, None), 60, None)
+    outcome = classify(cell(tmp_path, -11, probe, None), 60)
     assert (outcome.status, outcome.reason) == (Status.CRASHED, "killed by SIGSEGV in test test_x.py::test_segv")
 
 
 def test_timeout(tmp_path: Path) -> None:
     probe = {"phase": "tests", "load_ok": True, "current_test": "test_x.py::test_hang"}
-    outcome = classify(cell(tmp_path, None, probe, None, timed_out=True), 7, None)
+    outcome = classify(cell(tmp_path, None, probe, None, timed_out=True), 7)
     assert (outcome.status, outcome.reason) == (
         Status.TIMEOUT,
         "no result after 7 s, killed in test test_x.py::test_hang",
@@ -114,19 +106,19 @@ def test_timeout(tmp_path: Path) -> None:
 
 
 def test_no_probe_is_an_infrastructure_error(tmp_path: Path) -> None:
-    outcome = classify(cell(tmp_path, 1, None, None), 60, None)
+    outcome = classify(cell(tmp_path, 1, None, None), 60)
     assert outcome.status is Status.ERROR and "probe" in outcome.reason
 
 
 def test_cuda_without_gpu_is_skipped(tmp_path: Path) -> None:
     probe = {"phase": "skipped", "skip_reason": "no CUDA device visible to torch 2.13.0+cpu"}
-    outcome = classify(cell(tmp_path, 11, probe, None), 60, None)
+    outcome = classify(cell(tmp_path, 11, probe, None), 60)
     assert (outcome.status, outcome.reason) == (Status.SKIPPED, "no CUDA device visible to torch 2.13.0+cpu")
 
 
 def test_extension_imported_from_outside_the_wheel_is_an_error(tmp_path: Path) -> None:
     probe = dict(LOADED, module_file="/src/demo/__init__.py")
-    outcome = classify(cell(tmp_path, 0, probe, PASSING), 60, tmp_path / "site")
+    outcome = classify(cell(tmp_path, 0, probe, PASSING), 60)
     assert outcome.status is Status.ERROR and "not from the built wheel" in outcome.reason
 
 
@@ -141,7 +133,7 @@ def test_files_a_cell_planted_are_not_followed(tmp_path: Path) -> None:
     secret.write_text('{"phase": "finished"}')
     (tmp_path / "probe.json").symlink_to(secret)
     os.mkfifo(tmp_path / "junit.xml")  # reading a FIFO would hang the harness
-    assert read_probe(tmp_path / "probe.json") is None
+    assert ProbeRecord.read(tmp_path / "probe.json") is None
     assert read_junit(tmp_path / "junit.xml") is None
     assert read_untrusted(secret) == b'{"phase": "finished"}'
     assert read_untrusted(secret, limit=4) is None  # larger than the limit
@@ -150,17 +142,32 @@ def test_files_a_cell_planted_are_not_followed(tmp_path: Path) -> None:
 @pytest.mark.parametrize("probe", [{"phase": "import_torch"}, None], ids=["during-import-torch", "before-the-probe"])
 def test_a_crash_before_the_extension_loaded_is_an_error_not_a_crash(tmp_path: Path, probe: dict | None) -> None:
     """D4: a runtime that dies in `import torch` says nothing about the extension, which was never loaded."""
-    outcome = classify(cell(tmp_path, -11, probe, None), 60, None)
+    outcome = classify(cell(tmp_path, -11, probe, None), 60)
     assert outcome.status is Status.ERROR
     assert "SIGSEGV" in outcome.reason and "before the extension was loaded" in outcome.reason
 
 
 def test_a_hang_before_the_extension_loaded_is_an_error_not_a_timeout(tmp_path: Path) -> None:
-    outcome = classify(cell(tmp_path, None, {"phase": "import_torch"}, None, timed_out=True), 7, None)
+    outcome = classify(cell(tmp_path, None, {"phase": "import_torch"}, None, timed_out=True), 7)
     assert outcome.status is Status.ERROR
     assert outcome.reason == "no result after 7 s, killed during import torch, before the extension was loaded"
 
 
 def test_a_crash_while_loading_the_extension_is_the_extensions(tmp_path: Path) -> None:
-    outcome = classify(cell(tmp_path, -11, {"phase": "load"}, None), 60, None)
+    outcome = classify(cell(tmp_path, -11, {"phase": "load"}, None), 60)
     assert (outcome.status, outcome.reason) == (Status.CRASHED, "killed by SIGSEGV during load")
+
+
+def test_the_probe_record_is_typed_and_a_field_of_the_wrong_type_reads_as_absent(tmp_path: Path) -> None:
+    """A cell can write anything into probe.json: a wrong type is never passed on as if the probe wrote it."""
+    planted = {"phase": 3, "load_ok": "yes", "load_s": True, "torch_version": ["2.13"], "error_chain": "text", "pid": 7}
+    record = ProbeRecord.of(planted)
+    assert (record.phase, record.load_ok, record.load_s, record.torch_version) == ("start-up", None, None, None)
+    assert (record.error_chain, record.pid) == ((), 7)
+    probe = dict(LOADED, load_s=0.25, import_torch_s=2, error_chain=["a", "b"])
+    (tmp_path / "probe.json").write_text(json.dumps(probe))
+    record = ProbeRecord.read(tmp_path / "probe.json")
+    assert record is not None
+    assert (record.load_ok, record.load_s, record.import_torch_s, record.torch_version) == (True, 0.25, 2, "2.13.0+cpu")
+    (tmp_path / "probe.json").write_text("[1, 2]")
+    assert ProbeRecord.read(tmp_path / "probe.json") is None

@@ -15,21 +15,20 @@ ENUM = "a ScalarType return reaches Python as its int code, not a torch.dtype"
 
 
 def test_the_probes_records_are_merged_by_key_and_text_keeping_every_test() -> None:
-    probe = {
-        "doc_differences": [
-            {"key": "enum_int", "text": ENUM, "test": "t.py::test_dtype[torch.float32]"},
-            {"key": "enum_int", "text": ENUM, "test": "t.py::test_dtype[torch.int8]"},
-            {"key": "enum_int", "text": ENUM, "test": "t.py::test_dtype[torch.int8]"},
-            {"key": "error_text", "text": "no ATen message", "test": "t.py::test_error"},
-            {"key": "broken entry"},
-            "not a mapping",
-        ]
-    }
-    assert doc_differences(probe) == (
+    entries = [
+        {"key": "enum_int", "text": ENUM, "test": "t.py::test_dtype[torch.float32]"},
+        {"key": "enum_int", "text": ENUM, "test": "t.py::test_dtype[torch.int8]"},
+        {"key": "enum_int", "text": ENUM, "test": "t.py::test_dtype[torch.int8]"},
+        {"key": "error_text", "text": "no ATen message", "test": "t.py::test_error"},
+        {"key": "broken entry"},
+        "not a mapping",
+    ]
+    assert doc_differences(entries) == (
         DocDifference("enum_int", ENUM, ("t.py::test_dtype[torch.float32]", "t.py::test_dtype[torch.int8]")),
         DocDifference("error_text", "no ATen message", ("t.py::test_error",)),
     )
-    assert doc_differences({}) == ()
+    assert doc_differences(None) == ()
+    assert doc_differences({"key": "not a list"}) == ()
 
 
 SEEN = DocDifference("enum_int", ENUM, ("t.py::test_dtype[torch.float32]",))

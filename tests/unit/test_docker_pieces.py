@@ -6,10 +6,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from docker.types import Mount
 
 from harness.config import DockerSettings, load_matrix, with_overrides
-from harness.container.backend import _exit_code, docker_run_line
+from harness.container.backend import _exit_code, container_settings, docker_run_line
 from harness.container.engine import EngineError, connect
 from harness.errors import ConfigError
 from harness.plan import make_plan
@@ -80,41 +79,64 @@ def test_container_exit_status_reads_like_a_subprocess_returncode(status: int, c
     assert _exit_code(status) == code
 
 
-def test_the_reproduce_line_carries_every_hardening_flag() -> None:
-    kwargs = {
-        "network_mode": "none",
-        "tmpfs": {"/tmp": "rw,nosuid,nodev,size=2g"},
-        "user": "10001:10001",
-        "mem_limit": "8g",
-        "memswap_limit": "8g",
-        "pids_limit": 4096,
-        "ipc_mode": "private",
-        "working_dir": "/opt/harness/out",
-        "mounts": [
-            Mount("/opt/harness/site", "/host/site", type="bind", read_only=True),
-            Mount("/opt/harness/out", "/host/out dir", type="bind", read_only=False),
-        ],
-        "environment": {"HARNESS_DEVICE": "cuda"},
-        "device_requests": ["all"],
-    }
-    line = docker_run_line("img:tag", ["python3", "-m", "pytest"], kwargs)
+def cuda_cell_settings(matrix_file: Path) -> dict:
+    """The settings the backend gives the engine for the matrix's cuda cell, with two mounts."""
+    matrix = load_matrix(matrix_file)
+    (cell,) = [c for c in make_plan(matrix, [], "docker").cells if c.runtime.device == "cuda"]
+    mounts = {Path("/host/site"): Path("/opt/harness/site")}
+    return container_settings(matrix.docker, cell, mounts, Path("/host/out dir"), {"HARNESS_DEVICE": "cuda"})
+
+
+def test_the_reproduce_line_is_rendered_from_the_settings_given_to_the_engine(matrix_file: Path) -> None:
+    settings = cuda_cell_settings(matrix_file)
+    line = docker_run_line("img:tag", ["python3", "-m", "pytest"], settings)
     for flag in (
         "--network=none",
         "--read-only",
+        "--init",
         "--cap-drop=ALL",
         "--security-opt=no-new-privileges",
-        "--user=10001:10001",
-        "--memory=8g",
+        "--memory=4g",
+        "--memory-swap=4g",
         "--pids-limit=4096",
+        "--ipc=private",
         "--gpus=all",
         "--mount=type=bind,source=/host/site,target=/opt/harness/site,readonly",
-        "--memory-swap=8g",
-        "--ulimit=core=0",
+        "--ulimit=core=0:0",
+        "--log-driver=json-file",
+        "--log-opt=max-size=64m",
+        "--tmpfs=/tmp:rw,nosuid,nodev,size=2g",
         "--env=HARNESS_DEVICE=cuda",
     ):
         assert flag in line.split()
     assert "'--mount=type=bind,source=/host/out dir,target=/opt/harness/out'" in line  # quoted, writable
     assert line.endswith("img:tag python3 -m pytest")
+
+
+@pytest.mark.parametrize(
+    ("setting", "weakened", "flag"),
+    [
+        ("read_only", False, "--read-only"),
+        ("cap_drop", [], "--cap-drop=ALL"),
+        ("security_opt", [], "--security-opt=no-new-privileges"),
+        ("network_mode", "bridge", "--network=none"),
+        ("init", False, "--init"),
+        ("ulimits", [], "--ulimit=core=0:0"),
+    ],
+)
+def test_weakening_a_container_setting_shows_in_the_reproduce_line(
+    matrix_file: Path, setting: str, weakened: object, flag: str
+) -> None:
+    """The line follows the settings: a weakened container is never reported with the hardened flags."""
+    settings = cuda_cell_settings(matrix_file)
+    assert flag in docker_run_line("img", ["true"], settings).split()
+    assert flag not in docker_run_line("img", ["true"], {**settings, setting: weakened}).split()
+
+
+def test_a_container_setting_the_line_cannot_render_is_an_error(matrix_file: Path) -> None:
+    settings = {**cuda_cell_settings(matrix_file), "privileged": True}
+    with pytest.raises(ValueError, match="'privileged'"):
+        docker_run_line("img", ["true"], settings)
 
 
 def test_no_engine_says_where_it_looked_and_how_to_start_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

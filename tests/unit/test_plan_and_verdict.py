@@ -5,7 +5,8 @@ import pytest
 from harness.config import load_matrix
 from harness.errors import SelectionError
 from harness.plan import make_plan
-from harness.verdict import Expected, Status, Verdict, judge, promise
+from harness.status import Status
+from harness.verdict import Expected, Verdict, judge, promise
 
 
 @pytest.fixture

@@ -9,7 +9,8 @@ from harness.collect import CaseCounts
 from harness.errors import ExitCode
 from harness.report import CellResult, RunResult, load_results, write_report
 from harness.schema import load_schema
-from harness.verdict import Expected, Status, Verdict
+from harness.status import Status
+from harness.verdict import Expected, Verdict
 
 
 def result(

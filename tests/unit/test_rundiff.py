@@ -8,7 +8,8 @@ from harness.cli import main
 from harness.errors import BadInputError
 from harness.report import write_report
 from harness.rundiff import compare, load_run
-from harness.verdict import Expected, Status, Verdict
+from harness.status import Status
+from harness.verdict import Expected, Verdict
 
 KEPT = result("b2.13.0", "r2.13.0-cpu", Status.PASS, Verdict.KEPT)
 LOAD = result("b2.13.0", "r2.10.0-cpu", Status.LOAD_FAILED, Verdict.EXPECTED_FAILURE, Expected.LOAD_FAILED)
