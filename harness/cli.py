@@ -181,6 +181,13 @@ def parser() -> argparse.ArgumentParser:
         help="a cuda cell that finds no GPU is an ERROR (exit 3), not SKIPPED: for GPU runners",
     )
     run.add_argument(
+        "--executor",
+        choices=["forkserver", "fresh"],
+        default="forkserver",
+        help="venv backend: fork each cell from one process per runtime that imported torch and pytest once, "
+        "or start a fresh interpreter per cell (default: %(default)s; cuda runtimes always run fresh)",
+    )
+    run.add_argument(
         "--docker-route",
         choices=["mounted", "baked"],
         default=None,
@@ -353,8 +360,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         require_gpu=args.require_gpu,
     )
     baseline = load_run(args.baseline) if args.baseline else None  # a bad baseline fails before any work
-    backend = make_backend(args.backend, matrix, options.cache_dir, args.docker_route, args.keep_containers)
-    print_preamble(plan, f"(backend {args.backend}, {args.jobs} at a time)")
+    backend = make_backend(
+        args.backend, matrix, options.cache_dir, args.docker_route, args.keep_containers, args.executor
+    )
+    how = f"{args.executor} processes" if args.backend == "venv" else "one container per cell"
+    print_preamble(plan, f"(backend {args.backend}, {how}, {args.jobs} at a time)")
     try:
         run, run_dir = Pipeline(plan, options, ConsoleObserver(), backend).execute()
     except ReportError as exc:  # the results are in hand: show them, then say what could not be written

@@ -14,7 +14,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
@@ -200,9 +200,12 @@ class Executor(abc.ABC):
 
     # ---- the template --------------------------------------------------------------------
 
-    def begin_run(self) -> None:
-        """A run starts: forget an earlier run's stop."""
+    def begin_run(self, cells: Sequence[Cell] = ()) -> None:
+        """A run of these cells starts: forget an earlier run's stop."""
         self._stopping.clear()
+
+    def end_run(self) -> None:  # noqa: B027  (most backends hold nothing across cells)
+        """Every cell of the run has ended: release what the backend held for them."""
 
     @property
     def stopping(self) -> bool:

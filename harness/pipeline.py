@@ -23,6 +23,7 @@ from harness.envs import Env, EnvManager, EnvSpec
 from harness.errors import HarnessError
 from harness.execute import CellRequest, Executor, RuntimeHandle
 from harness.files import write_json
+from harness.forkserver import ForkserverBackend
 from harness.manifest import packaged_manifest
 from harness.plan import Build, Cell, Plan, Runtime
 from harness.predict import ArtifactImports, Predicted, Prediction, findings, predict
@@ -60,11 +61,16 @@ class RunOptions:
 
 
 def make_backend(
-    name: str, matrix: Matrix, cache_dir: Path, route: str | None = None, keep_containers: bool = False
+    name: str,
+    matrix: Matrix,
+    cache_dir: Path,
+    route: str | None = None,
+    keep_containers: bool = False,
+    executor: str = "forkserver",
 ) -> Executor:
     """The backend cells run in; for docker, the engine is checked here, before any work."""
     if name == "venv":
-        return VenvBackend()
+        return ForkserverBackend() if executor == "forkserver" else VenvBackend()
     from harness.container.backend import DockerBackend  # the docker SDK only when asked for
     from harness.container.engine import connect
 
@@ -160,7 +166,8 @@ class Pipeline:
         """The whole run; the report is written even when it is interrupted (ReportError if it cannot be)."""
         started = datetime.datetime.now(datetime.UTC)
         processes.REGISTRY.reset()
-        self.backend.begin_run()
+        cells = self.execution_order()
+        self.backend.begin_run(cells)
         envs = self.provision()
         runtimes = self.plan.needed_runtimes
         self.observer.stage("backend", f"{self.backend.name}: preparing {len(runtimes)} runtime(s)")
@@ -169,7 +176,6 @@ class Pipeline:
         run_id, run_dir = new_run_dir(self.options.reports_dir)
         builds = {build: _with_log_in(run_dir, result) for build, result in builds.items()}
         predictions = self.predict_cells(handles, builds)
-        cells = self.plan.cells
         self.observer.stage("run", f"{len(cells)} cell(s), {self.options.jobs} at a time, timeout {self.timeout:.0f} s")
         threads = max(1, (os.cpu_count() or 1) // self.options.jobs)
         results: dict[str, CellResult] = {}
@@ -189,6 +195,8 @@ class Pipeline:
         except KeyboardInterrupt:
             interrupted = True
             log.warning("interrupted: %d of %d cells finished; writing the report", len(results), len(cells))
+        finally:
+            self.backend.end_run()
         for cell in cells:
             if cell.id not in results:
                 handle = handles[cell.runtime]
@@ -202,7 +210,7 @@ class Pipeline:
             matrix=str(self.plan.matrix.path),
             backend=self.backend.name,
             selectors=self.plan.selectors,
-            cells=tuple(results[c.id] for c in cells),
+            cells=tuple(results[c.id] for c in self.plan.cells),
             build_order=tuple(b.id for b in self.plan.builds),
             runtime_order=tuple(r.id for r in self.plan.runtimes),
             interrupted=interrupted,
@@ -210,6 +218,12 @@ class Pipeline:
         write_report(run, run_dir)
         _point_latest(self.options.reports_dir, run_dir)
         return run, run_dir
+
+    def execution_order(self) -> tuple[Cell, ...]:
+        """The plan's cells one runtime after another (the report keeps the plan's order): a runtime's
+        cells run together, so what a backend holds per runtime (a forkserver) is held briefly."""
+        position = {runtime: index for index, runtime in enumerate(self.plan.runtimes)}
+        return tuple(sorted(self.plan.cells, key=lambda cell: position[cell.runtime]))
 
     def predict_cells(
         self, handles: dict[Runtime, RuntimeHandle], builds: dict[Build, BuildResult]

@@ -66,7 +66,7 @@ class ProcessRegistry:
         for pgid in groups:
             kill_group(pgid, signal.SIGTERM)
         deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and any(_group_alive(g) for g in groups):
+        while time.monotonic() < deadline and any(group_alive(g) for g in groups):
             time.sleep(0.05)
         for pgid in groups:
             kill_group(pgid, signal.SIGKILL)
@@ -79,7 +79,7 @@ def kill_group(pgid: int, sig: signal.Signals) -> None:
         pass
 
 
-def _group_alive(pgid: int) -> bool:
+def group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
     except (ProcessLookupError, PermissionError):

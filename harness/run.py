@@ -26,6 +26,7 @@ from harness.execute import (
     CellRequest,
     CellView,
     Executor,
+    Launched,
     RuntimeHandle,
     supervise,
 )
@@ -81,11 +82,7 @@ def cell_environ(
     return {
         **extra,
         "TMPDIR": str(tmp),
-        "PYTHONPATH": os.pathsep.join(map(str, pythonpath)),
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONNOUSERSITE": "1",
-        "PYTHONFAULTHANDLER": "1",
-        "OMP_NUM_THREADS": str(request.threads),
+        **interpreter_environ(request.threads, pythonpath),
         "HARNESS_PROBE_FILE": str(probe_file),
         "HARNESS_EXT_MODULE": build.extension.module,
         "HARNESS_DEVICE": request.cell.runtime.device,
@@ -95,6 +92,30 @@ def cell_environ(
         "HARNESS_TARGET": str(build.effective_target),
         "HARNESS_RUNTIME_ID": request.cell.runtime.id,
         "HARNESS_RUNTIME_TORCH": request.runtime.torch_version,
+    }
+
+
+def host_environ(home: Path) -> dict[str, str]:
+    """What a venv cell takes from the harness's own environment."""
+    environ = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": os.environ.get("HOME", str(home)),
+        "LANG": os.environ.get("LANG", "C.UTF-8"),
+    }
+    for passthrough in ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"):
+        if passthrough in os.environ:
+            environ[passthrough] = os.environ[passthrough]
+    return environ
+
+
+def interpreter_environ(threads: int, pythonpath: Sequence[Path]) -> dict[str, str]:
+    """The settings a venv cell's interpreter reads at start-up (a forkserver starts with the same)."""
+    return {
+        "PYTHONPATH": os.pathsep.join(map(str, pythonpath)),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONNOUSERSITE": "1",
+        "PYTHONFAULTHANDLER": "1",
+        "OMP_NUM_THREADS": str(threads),
     }
 
 
@@ -139,13 +160,8 @@ class VenvBackend(Executor):
             pythonpath=[request.site, PROBE_DIR],
             probe_file=out / "probe.json",
             tmp=out / "tmp",
-            PATH=os.environ.get("PATH", "/usr/bin:/bin"),
-            HOME=os.environ.get("HOME", str(out)),
-            LANG=os.environ.get("LANG", "C.UTF-8"),
+            **host_environ(out),
         )
-        for passthrough in ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"):
-            if passthrough in os.environ:
-                environ[passthrough] = os.environ[passthrough]
         tests = request.cell.build.extension.tests
         argv = pytest_argv(request.runtime.python, tests, out, cell_config(request, out))
         where = (
@@ -156,7 +172,7 @@ class VenvBackend(Executor):
         command = commands.shell_line(argv, environ, out) + "\n" + where
         return CellView(tuple(argv), environ, request.site, out / "junit.xml", out / "probe.json", command)
 
-    def start(self, request: CellRequest, view: CellView, stdout: CappedLog, stderr: CappedLog) -> Process:
+    def start(self, request: CellRequest, view: CellView, stdout: CappedLog, stderr: CappedLog) -> Launched:
         return Process.start(
             view.argv, view.environ, request.out_dir, stdout, stderr, self.sandbox, self.protected(request)
         )

@@ -36,15 +36,17 @@ from harness.sources import uv_binary
 
 log = logging.getLogger(__name__)
 
-# Arguments: (ro|rw PATH)... -- COMMAND...; paths in order, so a writable one inside a read-only one opens it again.
+# Arguments: drop|keep (ro|rw PATH)... -- COMMAND...; paths in order, so a writable one inside a read-only
+# one opens it again. `keep` runs COMMAND with its capabilities: the forkserver, which sandboxes each cell itself.
 INIT = """\
+caps=$1; shift
 while [ "$1" != "--" ]; do
   mount --bind "$2" "$2" && mount -o "remount,bind,$1" "$2" ||
     { echo "harness sandbox: cannot mount $2 $1" >&2; exit 125; }
   shift 2
 done
 shift
-setpriv --bounding-set=-all --inh-caps=-all --no-new-privs -- "$@"
+if [ "$caps" = keep ]; then "$@"; else setpriv --bounding-set=-all --inh-caps=-all --no-new-privs -- "$@"; fi
 exit $?
 """
 SETUP_FAILED = 125  # INIT could not make the mounts: the sandbox, not the cell, failed
@@ -61,13 +63,13 @@ class Sandbox:
     def isolated(self) -> bool:
         return self.kind == "namespaces"
 
-    def wrap(self, argv: Sequence[str], protected: Sequence[Path], writable: Sequence[Path]) -> list[str]:
+    def wrap(
+        self, argv: Sequence[str], protected: Sequence[Path], writable: Sequence[Path], keep_capabilities: bool = False
+    ) -> list[str]:
         """argv run inside the sandbox, protected paths read-only and writable ones (inside them) writable.
         Without namespaces the cell still dies with the harness (pdeathsig), where setpriv exists."""
         if not self.isolated:
             return ["setpriv", "--pdeathsig", "KILL", "--", *argv] if shutil.which("setpriv") else list(argv)
-        ro = _existing(protected)
-        rw = _existing(writable)
         userns = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
         return [
             "setpriv",
@@ -87,11 +89,16 @@ class Sandbox:
             "-c",
             INIT,
             "harness-cell-init",
-            *(arg for path in ro for arg in ("ro", path)),
-            *(arg for path in rw for arg in ("rw", path)),
+            "keep" if keep_capabilities else "drop",
+            *(arg for mount in self.mounts(protected, writable) for arg in mount),
             "--",
             *argv,
         ]
+
+    @staticmethod
+    def mounts(protected: Sequence[Path], writable: Sequence[Path]) -> list[tuple[str, str]]:
+        """The binds a cell's sandbox makes, in order: (ro|rw, absolute path)."""
+        return [("ro", path) for path in _existing(protected)] + [("rw", path) for path in _existing(writable)]
 
     def returncode(self, code: int) -> int:
         """The cell's own exit code: the init's 128+N is death by signal N (negative, like subprocess's)."""
