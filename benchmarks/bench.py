@@ -2,14 +2,17 @@
 
 Prints: env provisioning (new env with uv's cache warm, and reuse), each build
 (compiled and cached), the per-cell split (interpreter start + pytest, import
-torch, loading the extension, tests, harness overhead), and the warm wall time
-of the whole matrix beside its floor: the sum over cells of a bare
-`import torch` plus loading the extension, divided by the cores.
+torch, loading the extension, tests), and the warm wall time of the whole matrix
+with fresh processes and with the forkserver beside its floor: per cell, loading
+the extension and its tests' own time (junit testcases); per runtime, one bare
+`import torch` per worker; all divided by the cores. Then the naive way (a new
+env and install per cell, sampled and extrapolated) and the matrix in shards.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import statistics
@@ -17,16 +20,17 @@ import subprocess
 import sys
 import tempfile
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from harness import sandbox
 from harness.build import Builder
 from harness.cli import default_cache_dir
-from harness.config import load_matrix
-from harness.envs import EnvManager
+from harness.config import Matrix, load_matrix
+from harness.envs import EnvManager, EnvSpec
 from harness.pipeline import env_spec
-from harness.plan import make_plan
-from harness.sources import resolve_sources
+from harness.plan import Plan, make_plan
+from harness.sources import ResolvedSources, resolve_sources, uv_binary
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -59,11 +63,99 @@ def sandbox_seconds(
     return statistics.median(samples)
 
 
+def run_matrix(matrix: Path, *more: str) -> tuple[float, list[dict]]:  # type: ignore[type-arg]
+    """The matrix as a user runs it; its wall time and its cells."""
+    with tempfile.TemporaryDirectory(prefix="bench-reports-") as tmp:
+        started = time.monotonic()
+        argv = [sys.executable, "-m", "harness", "run", "--matrix", str(matrix), "--reports-dir", tmp, *more]
+        proc = subprocess.run(argv, capture_output=True, text=True)
+        wall = time.monotonic() - started
+        if proc.returncode != 0:
+            print(proc.stdout[-3000:])
+            print(f"   the run exited {proc.returncode}; its figures are partial")
+        run_dir = (Path(tmp) / "latest").resolve()
+        cells = json.loads((run_dir / "results.json").read_text())["cells"]
+        for cell in cells:
+            cell["own_test_seconds"] = (
+                testcase_seconds(run_dir / cell["logs"]["junit"]) if "junit" in cell["logs"] else 0
+            )
+    return wall, cells
+
+
+def testcase_seconds(junit: Path) -> float:
+    """The tests' own time: their testcases' times (setup, call, teardown), not collection or start-up."""
+    return sum(float(case.get("time") or 0) for case in ET.parse(junit).getroot().iter("testcase"))
+
+
+def per_cell_split(cells: list[dict]) -> None:  # type: ignore[type-arg]
+    def column(name: str) -> list[float]:
+        return [c["durations"][name] for c in cells if c["durations"].get(name) is not None]
+
+    print("   per cell (median / max / sum over cells that ran):")
+    for name in ("startup", "import_torch", "load", "tests", "total"):
+        values = column(name) or [0.0]
+        print(f"     {name:<13} {statistics.median(values):6.3f} s / {max(values):6.3f} s / {sum(values):7.1f} s")
+
+
+def matrix_floor(plan: Plan, cells: list[dict], bare: dict[EnvSpec, float], cores: int) -> float:  # type: ignore[type-arg]
+    """What no executor can avoid: loading each extension and running its tests, plus one `import torch`
+    per runtime per worker that runs its cells, spread over the cores."""
+    by_id = {c["id"]: c for c in cells}
+    work = sum((by_id[c.id]["durations"].get("load") or 0.0) + by_id[c.id]["own_test_seconds"] for c in plan.cells)
+    per_runtime = collections.Counter(env_spec(c.runtime) for c in plan.cells)
+    imports = sum(bare[spec] * min(cores, count) for spec, count in per_runtime.items())
+    return (work + imports) / cores
+
+
+def naive_setup_seconds(plan: Plan, matrix: Matrix, cache: Path, sources: ResolvedSources, sample: int) -> float:
+    """A new venv, torch and the built wheel installed into it, for a few cells (uv's cache warm): what
+    PyTorch's own cross-version CI job pays per cell before its tests run."""
+    builder = Builder(cache, matrix.settings.build_timeout)
+    envs = EnvManager(cache, sources)
+    cells = [c for c in plan.cells if c.build.extension.recipe != "wheel"][:: max(1, len(plan.cells) // sample)][
+        :sample
+    ]
+    samples = []
+    for cell in cells:
+        build = builder.build(cell.build, envs.ensure(env_spec(cell.build)))
+        if not build.ok or build.wheel is None:
+            continue
+        with tempfile.TemporaryDirectory(prefix="bench-naive-") as tmp:
+            venv = Path(tmp) / "venv"
+            started = time.monotonic()
+            subprocess.run([uv_binary(), "venv", "--quiet", "--python", matrix.python, venv], check=True)
+            requirement = f"torch=={cell.runtime.torch}"
+            subprocess.run(
+                [
+                    uv_binary(),
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--python",
+                    venv / "bin" / "python",
+                    *sources.uv_args(),
+                    requirement,
+                    "pytest",
+                    "numpy",
+                    str(build.wheel),
+                ],
+                check=True,
+            )
+            subprocess.run([venv / "bin" / "python", "-c", "import torch"], check=True)
+            samples.append(time.monotonic() - started)
+            print(f"   {cell.id}: {samples[-1]:.1f} s")
+    return statistics.mean(samples) if samples else 0.0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--matrix", type=Path, default=REPO / "matrix.yaml")
     parser.add_argument(
         "--new-env", default="2.13.0", help="torch release whose env is made anew (default: %(default)s)"
+    )
+    parser.add_argument("--naive-sample", type=int, default=3, help="cells timed the naive way (default: %(default)s)")
+    parser.add_argument(
+        "--shards", type=int, default=3, help="shards to time one by one; 1: none (default: %(default)s)"
     )
     args = parser.parse_args()
     cores = os.cpu_count() or 1
@@ -115,51 +207,44 @@ def main() -> int:
             print(f"   {build.id:<32} compile {seconds:5.1f} s   cached {cached * 1000:6.1f} ms   ok={result.ok}")
         figures["builds"] = build_figures
 
-    print(f"== the whole matrix, warm ({len(plan.cells)} cells, -j {cores})")
-    with tempfile.TemporaryDirectory(prefix="bench-reports-") as tmp:
-        started = time.monotonic()
-        proc = subprocess.run(
-            [sys.executable, "-m", "harness", "run", "--matrix", args.matrix, "--reports-dir", tmp],
-            capture_output=True,
-            text=True,
-        )
-        wall = time.monotonic() - started
-        if proc.returncode != 0:
-            print(proc.stdout[-3000:])
-            print(f"the matrix run exited {proc.returncode}; figures below are partial")
-        results = json.loads((Path(tmp) / "latest" / "results.json").read_text())
-    cells = results["cells"]
-
-    def column(name: str) -> list[float]:
-        return [c["durations"][name] for c in cells if c["durations"].get(name) is not None]
-
-    print("   per cell (median / max over cells that ran):")
-    for name in ("startup", "import_torch", "load", "tests", "total"):
-        values = column(name)
-        print(f"     {name:<13} {statistics.median(values):6.3f} s / {max(values):6.3f} s")
-    overhead = [
-        c["durations"]["total"] - sum(c["durations"].get(k) or 0 for k in ("startup", "import_torch", "load", "tests"))
-        for c in cells
-        if c["durations"].get("total") is not None
-    ]
-    print(
-        f"     {'other':<13} {statistics.median(overhead):6.3f} s / {max(overhead):6.3f} s   "
-        "(pytest collection, teardown, process exit)"
-    )
-
     bare = {spec: bare_import_seconds(env.python) for spec, env in ready.items()}
-    floor = 0.0
-    for cell in plan.cells:
-        got = next(c for c in cells if c["id"] == cell.id)
-        floor += bare[env_spec(cell.runtime)] + (got["durations"].get("load") or 0.0)
-    floor /= cores
-    print("   bare `import torch` per runtime: " + ", ".join(f"{s.torch} {v:.2f} s" for s, v in bare.items()))
-    print(f"   matrix wall time {wall:6.1f} s   floor {floor:6.1f} s   ratio {wall / floor:4.2f}")
-    figures.update(
-        matrix_wall_s=round(wall, 2),
-        matrix_floor_s=round(floor, 2),
-        bare_import_s={str(s.torch): round(v, 3) for s, v in bare.items()},
+    print("== bare `import torch` per runtime: " + ", ".join(f"{s.torch} {v:.2f} s" for s, v in bare.items()))
+    runs = {}
+    for executor in ("fresh", "forkserver"):
+        print(f"== the whole matrix, warm ({len(plan.cells)} cells, -j {cores}, --executor {executor})")
+        wall, cells = run_matrix(args.matrix, "--executor", executor)
+        runs[executor] = (wall, cells)
+        per_cell_split(cells)
+    floor = matrix_floor(plan, runs["fresh"][1], bare, cores)
+    print(
+        "== the floor: per cell, loading the extension + its tests' own time (junit testcases); "
+        f"per runtime, one `import torch` per worker; over {cores} cores: {floor:.1f} s"
     )
+    for executor, (wall, _) in runs.items():
+        print(f"   {executor:<11} {wall:6.1f} s   {wall / floor:4.2f} x the floor")
+        figures[f"matrix_wall_{executor}_s"] = round(wall, 2)
+    figures["matrix_floor_s"] = round(floor, 2)
+    figures["bare_import_s"] = {str(s.torch): round(v, 3) for s, v in bare.items()}
+
+    print(f"== the naive way: a new env and install per cell (sampled on {args.naive_sample} cells, extrapolated)")
+    setup = naive_setup_seconds(plan, matrix, cache, sources, args.naive_sample)
+    fresh_cells = {c["id"]: c for c in runs["fresh"][1]}
+    naive = sum(setup + (fresh_cells[c.id]["durations"].get("total") or 0.0) for c in plan.cells) / cores
+    print(f"   env + torch + wheel per cell: {setup:.1f} s (mean); the matrix that way: {naive:.0f} s")
+    print(f"   forkserver: {naive / runs['forkserver'][0]:.1f} x faster than the naive way")
+    figures.update(naive_setup_per_cell_s=round(setup, 2), naive_matrix_s=round(naive, 1))
+
+    if args.shards > 1:
+        print(f"== {args.shards} shards, run one after another (each as a CI runner would)")
+        shard_walls = [run_matrix(args.matrix, "--shard", f"{k}/{args.shards}")[0] for k in range(1, args.shards + 1)]
+        whole = runs["forkserver"][0]
+        print(
+            "   shard wall times "
+            + ", ".join(f"{w:.1f} s" for w in shard_walls)
+            + f"; the largest {max(shard_walls):.1f} s "
+            f"against {whole:.1f} s unsharded ({max(shard_walls) / whole:.2f})"
+        )
+        figures["shard_walls_s"] = [round(w, 2) for w in shard_walls]
     out = REPO / "reports" / f"bench-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(figures, indent=2) + "\n")

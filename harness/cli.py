@@ -183,9 +183,9 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--executor",
         choices=["forkserver", "fresh"],
-        default="forkserver",
+        default=None,
         help="venv backend: fork each cell from one process per runtime that imported torch and pytest once, "
-        "or start a fresh interpreter per cell (default: %(default)s; cuda runtimes always run fresh)",
+        "or start a fresh interpreter per cell (default: forkserver; cuda runtimes always run fresh)",
     )
     run.add_argument(
         "--docker-route",
@@ -360,10 +360,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         require_gpu=args.require_gpu,
     )
     baseline = load_run(args.baseline) if args.baseline else None  # a bad baseline fails before any work
-    backend = make_backend(
-        args.backend, matrix, options.cache_dir, args.docker_route, args.keep_containers, args.executor
-    )
-    how = f"{args.executor} processes" if args.backend == "venv" else "one container per cell"
+    if args.executor and args.backend != "venv":
+        raise BadInputError(
+            f"--executor {args.executor} is for the venv backend; --backend docker runs a container per cell"
+        )
+    executor = args.executor or "forkserver"
+    backend = make_backend(args.backend, matrix, options.cache_dir, args.docker_route, args.keep_containers, executor)
+    how = f"{executor} processes" if args.backend == "venv" else "one container per cell"
     print_preamble(plan, f"(backend {args.backend}, {how}, {args.jobs} at a time)")
     try:
         run, run_dir = Pipeline(plan, options, ConsoleObserver(), backend).execute()

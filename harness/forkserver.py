@@ -122,7 +122,8 @@ class Server:
         handle = request.runtime
         label = f"torch {handle.torch_version}"
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        argv = [handle.python, "-c", SERVER, str(theirs.fileno())]
+        # the run's directory names the server (and the cells it forks, which share its command line)
+        argv = [handle.python, "-c", SERVER, str(theirs.fileno()), str(request.out_dir.parents[1])]
         environ = {**host_environ(Path("/")), **interpreter_environ(request.threads, [PROBE_DIR])}
         log.info("%s: starting its forkserver (%s)", label, log_path)
         with open(log_path, "ab") as server_log:

@@ -77,6 +77,13 @@ def _state(cell: CellResult) -> str:
     return f"{cell.verdict.value} ({cell.status.value})"
 
 
+def _counted(cell: CellResult) -> str:
+    tests = cell.tests
+    return (
+        f"{_state(cell)}: {tests.passed} passed, {tests.failed} failed, {tests.skipped} skipped, {tests.errors} errors"
+    )
+
+
 def compare(baseline: RunResult, current: RunResult) -> RunDiff:
     before = {c.id: c for c in baseline.cells}
     after = {c.id: c for c in current.cells}
@@ -90,9 +97,12 @@ def compare(baseline: RunResult, current: RunResult) -> RunDiff:
             if now.verdict is Verdict.BROKEN:
                 new_breaks.append(CellChange(cell_id, "absent", _state(now), now.reason))
             continue
-        if (old.verdict, old.status) == (now.verdict, now.status):
+        if (old.verdict, old.status, old.tests) == (now.verdict, now.status, now.tests):
             continue
-        change = CellChange(cell_id, _state(old), _state(now), now.reason)
+        if (old.verdict, old.status) == (now.verdict, now.status):  # the same outcome from other test counts
+            change = CellChange(cell_id, _counted(old), _counted(now), now.reason)
+        else:
+            change = CellChange(cell_id, _state(old), _state(now), now.reason)
         if now.verdict is Verdict.BROKEN and old.verdict is not Verdict.BROKEN:
             new_breaks.append(change)
         elif old.verdict is Verdict.BROKEN and now.verdict in GOOD:

@@ -268,7 +268,8 @@ def _shutdown(replies: dict[int, int]) -> None:
 
 
 def main() -> None:
-    """`python -c 'import harness_forkserver; harness_forkserver.main()' FD`: import, say so, serve."""
+    """`python -c 'import harness_forkserver; harness_forkserver.main()' FD [LABEL]`: import, say so, serve.
+    LABEL (the run's directory) is only there for a person or a test to tell whose server this is."""
     control_fd = int(sys.argv[1])
     import harness_cellprobe  # noqa: F401  (with pytest and torch: imported once here, no cell pays for them)
     import pytest  # noqa: F401

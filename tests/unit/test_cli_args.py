@@ -33,3 +33,14 @@ def test_good_arguments_are_typed(tmp_path: Path) -> None:
     args = parser().parse_args(["run", "-j", "3", "--timeout", "0.5", "--find-links", str(tmp_path)])
     assert (args.jobs, args.timeout, args.find_links) == (3, 0.5, [str(tmp_path)])
     assert str(parser().parse_args(["audit-guards", "2.12.1"]).min_target) == "2.9"
+
+
+def test_executor_is_for_the_venv_backend(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from harness.cli import main
+
+    reports = tmp_path / "reports"
+    code = main(["run", "--backend", "docker", "--executor", "fresh", "--reports-dir", str(reports)])
+    assert code == 2
+    assert "--executor fresh is for the venv backend" in capsys.readouterr().out
+    assert not reports.exists()  # refused before any work
+    assert parser().parse_args(["run"]).executor is None  # the venv backend's default: forkserver

@@ -1,3 +1,4 @@
+import dataclasses
 import json
 from pathlib import Path
 
@@ -5,6 +6,7 @@ import pytest
 from test_report import result, run_of
 
 from harness.cli import main
+from harness.collect import CaseCounts
 from harness.errors import BadInputError
 from harness.report import write_report
 from harness.rundiff import compare, load_run
@@ -58,3 +60,14 @@ def test_a_schema_version_1_baseline_still_loads(tmp_path: Path) -> None:
     old = load_run(tmp_path)
     assert old.cells[0].prediction is None and old.cells[0].findings == ()
     assert compare(old, run_of(KEPT)).new_breaks == ()
+
+
+def test_the_same_status_from_other_test_counts_is_a_change() -> None:
+    fewer = dataclasses.replace(KEPT, tests=CaseCounts(passed=3, skipped=1))
+    more = dataclasses.replace(KEPT, tests=CaseCounts(passed=4))
+    diff = compare(run_of(fewer), run_of(more))
+    assert diff.new_breaks == () and diff.fixed == ()
+    assert [(c.before, c.after) for c in diff.changed] == [
+        ("kept (PASS): 3 passed, 0 failed, 1 skipped, 0 errors", "kept (PASS): 4 passed, 0 failed, 0 skipped, 0 errors")
+    ]
+    assert compare(run_of(more), run_of(more)).changed == ()

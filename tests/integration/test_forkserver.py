@@ -1,0 +1,124 @@
+"""The forkserver executor against fresh processes, on real cells of every outcome: the same statuses
+and test counts, cells that see the environment a fresh process gets, and no server left behind."""
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from kit import cells_by_id, harness, latest_results, make_extension, processes_mentioning, start_harness
+
+# Asserted inside the cell, in both executors: what a fresh `python -m pytest` would see.
+SEES_ITS_CELL = """
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+from @NS@ import ops
+
+
+def test_answer_is_41():
+    assert ops.answer() == 41
+
+
+def test_the_extension_comes_from_the_builds_site_dir():
+    import @NS@
+
+    site = Path(sys.path[1])
+    assert Path(@NS@.__file__).is_relative_to(site), (@NS@.__file__, sys.path[:3])
+    assert sys.path[0] == os.getcwd()
+
+
+def test_the_cell_environment_and_its_own_directory():
+    cell = os.environ["HARNESS_CELL_ID"]
+    assert cell.startswith("@NS@@b2.13.0"), cell
+    assert Path(os.getcwd()).name == cell
+    assert tempfile.gettempdir() == os.environ["TMPDIR"] == str(Path(os.getcwd()) / "tmp")
+    assert torch.get_num_threads() == int(os.environ["OMP_NUM_THREADS"])
+"""
+
+EXTENSIONS = {
+    "crashes": "from @NS@ import ops\n\ndef test_before():\n    assert ops.answer() == 41\n\n"
+    "def test_segfault():\n    ops.crash()\n",
+    "hangs": "from @NS@ import ops\n\ndef test_spins_forever():\n    ops.spin()\n",
+    "fails": "from @NS@ import ops\n\ndef test_passes():\n    assert ops.answer() == 41\n\n"
+    "def test_answer_is_42():\n    assert ops.answer() == 42\n",
+    "sees": SEES_ITS_CELL,
+}
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("forkserver")
+    for name, tests in EXTENSIONS.items():
+        make_extension(root / "extensions", name, tests)
+    builds = "".join(f"  - extension: {name}\n    torch: 2.13.0\n" for name in EXTENSIONS)
+    (root / "matrix.yaml").write_text(f"schema_version: 1\nruntimes:\n  - torch: 2.13.0\nbuilds:\n{builds}")
+    return root
+
+
+def test_forked_cells_end_as_fresh_ones_do(workspace: Path) -> None:
+    fresh = harness("run", "--executor", "fresh", "--timeout", "20", "--reports-dir", "fresh", cwd=workspace)
+    forked = harness("run", "--timeout", "20", "--reports-dir", "forked", cwd=workspace)
+    assert fresh.returncode == forked.returncode == 1, forked.stdout  # crashes/hangs/fails break promises
+    assert "forkserver processes" in forked.stdout and "fresh processes" in fresh.stdout
+    same = harness("diff", "fresh/latest", "forked/latest", "--fail-on-change", cwd=workspace)
+    assert same.returncode == 0, same.stdout
+    assert "0 changed" in same.stdout
+    cells = cells_by_id(latest_results(workspace / "forked"))
+    fresh_cells = cells_by_id(latest_results(workspace / "fresh"))
+    sees = cells["sees@b2.13.0~r2.13.0-cpu"]
+    assert (sees["status"], sees["tests"]["passed"]) == ("PASS", 3), sees["reason"]
+    assert cells["crashes@b2.13.0~r2.13.0-cpu"]["reason"] == "killed by SIGSEGV in test test_crashes.py::test_segfault"
+    run_dir = workspace / "forked" / "latest"
+    for cell_id, cell in cells.items():
+        command = (run_dir / "cells" / cell_id / "command.txt").read_text()
+        assert "forked by the forkserver of torch 2.13.0" in command
+        assert cell["durations"]["import_torch"] < 0.05, cell  # imported once, by the server
+        assert fresh_cells[cell_id]["durations"]["import_torch"] > 0.2, fresh_cells[cell_id]
+    assert not processes_mentioning(str(workspace)), "a forkserver or a cell outlived its run"
+
+
+def test_a_server_that_dies_under_a_cell_makes_it_error(workspace: Path) -> None:
+    proc = start_harness("run", "-k", "hangs", "--reports-dir", "server_dies", cwd=workspace)
+    deadline = time.monotonic() + 600
+    servers: list[int] = []
+    while time.monotonic() < deadline and proc.poll() is None and not servers:
+        probes = list((workspace / "server_dies").glob("*/cells/*/probe.json"))
+        if probes and '"phase": "tests"' in probes[0].read_text():
+            servers = _servers(str(workspace / "server_dies"))
+        time.sleep(0.2)
+    if not servers:
+        proc.kill()
+        raise AssertionError(f"the hanging cell never started under a forkserver:\n{proc.communicate()[0]}")
+    for pid in servers:
+        os.kill(pid, signal.SIGKILL)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 3, out
+    (cell,) = latest_results(workspace / "server_dies")["cells"]
+    assert (cell["status"], cell["verdict"]) == ("ERROR", "error"), cell
+    assert cell["reason"].startswith("the forkserver of torch 2.13.0+cpu ended while this cell ran"), cell
+    assert not processes_mentioning(str(workspace / "server_dies")), "the cell outlived its server"
+
+
+def _argv(pid: int | str) -> list[bytes]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return []
+
+
+def _servers(marker: str) -> list[int]:
+    """The forkservers of a run: python processes running the server whose parent is not one (a forked
+    cell has the same command line as its server, the run dir in it)."""
+    found = []
+    for line in processes_mentioning(marker):
+        pid = int(line.split(":")[0])
+        if any(b"harness_forkserver.main()" in arg for arg in _argv(pid)[1:3]):
+            parent = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]
+            if not any(b"harness_forkserver.main()" in arg for arg in _argv(parent)[1:3]):
+                found.append(pid)
+    return found
