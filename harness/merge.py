@@ -174,12 +174,13 @@ def _opened(name: str | Path, dir_fd: int | None, flags: int) -> Iterator[int]:
 
 
 def copy_untrusted(root: Path, parts: Sequence[str], dest: Path, depth: int = DEPTH_LIMIT) -> list[str]:
-    """Copy the directory root/parts... to dest: every directory on the way below root opened without
+    """Copy the directory root/parts... to dest: root as named, every directory below it opened without
     following a link, and inside it only regular files (no symlink, FIFO or device) up to FILE_LIMIT,
     and directories up to `depth` below. Returns what was left out, each with why (never raises for it)."""
     where = root.joinpath(*parts)
     try:
-        with _opened(root, None, os.O_DIRECTORY) as top:
+        top = os.open(root, os.O_RDONLY | os.O_DIRECTORY)  # named by the person merging: `latest` is a link
+        try:
             fd = os.open(parts[0], os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=top)
             for part in parts[1:]:
                 try:
@@ -187,6 +188,8 @@ def copy_untrusted(root: Path, parts: Sequence[str], dest: Path, depth: int = DE
                 finally:
                     os.close(fd)
                 fd = inner
+        finally:
+            os.close(top)
     except FileNotFoundError:
         return [f"{where}: no such directory in the shard's report"] if parts[0] == "cells" else []
     except OSError as exc:
