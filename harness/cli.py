@@ -33,6 +33,7 @@ from harness.versions import ApiLevel
 
 # Off a terminal (CI logs, pipes) never wrap or cut cell ids: they are meant to be copied.
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 250)
+notes = Console(highlight=False, stderr=True, soft_wrap=True)  # what must not mix with JSON on stdout
 VERDICT_STYLE = {
     Verdict.KEPT: "green",
     Verdict.BROKEN: "bold red",
@@ -404,9 +405,9 @@ def durations_of(args: argparse.Namespace) -> dict[str, float] | None:
     return measured_durations(load_run(args.durations)) if args.durations else None
 
 
-def selected_plan(args: argparse.Namespace) -> Plan | None:
+def selected_plan(args: argparse.Namespace) -> Plan:
     """The cells this invocation is about: -k selectors, then --rerun-failed, then --shard.
-    None when --rerun-failed leaves nothing to run (said on the terminal)."""
+    When --rerun-failed leaves none, it says so (on stderr) and the plan is empty."""
     matrix = load_matrix_with_overrides(args)
     plan = make_plan(matrix, args.select, args.backend)
     durations = durations_of(args)
@@ -414,15 +415,14 @@ def selected_plan(args: argparse.Namespace) -> Plan | None:
         failed = load_run(args.rerun_failed).failed_ids
         gone = sorted(failed - {c.id for c in make_plan(matrix, (), args.backend).cells})
         if gone:
-            console.print(
+            notes.print(
                 f"[yellow]warning[/]: {len(gone)} failed cell(s) of {escape(str(args.rerun_failed))} are not in "
                 f"{escape(matrix.path.name)}: {escape(', '.join(gone))}"
             )
         plan = plan.only(failed)
         if not plan.cells:
             where = "of the matrix selected" if failed else "was broken or errored"
-            console.print(f"no cell of {escape(str(args.rerun_failed))} {where}: nothing to rerun (exit 0)")
-            return None
+            notes.print(f"no cell of {escape(str(args.rerun_failed))} {where}: nothing to rerun (exit 0)")
     if args.shard is not None:
         plan = shard_plan(plan, args.shard, durations)
     return plan
@@ -451,7 +451,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from harness.pipeline import Pipeline, RunOptions, make_backend  # heavy imports only for `run`
 
     plan = selected_plan(args)
-    if plan is None:
+    if args.rerun_failed is not None and not plan.cells:  # pytest --lf would run everything; this runs nothing
         return int(ExitCode.OK)
     matrix = plan.matrix
     cache_dir = (args.cache_dir or default_cache_dir()).absolute()  # cells run in their own directory
@@ -548,8 +548,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.shards is not None and args.shard is not None:
         raise BadInputError("plan: --shards N (the whole partition) and --shard K/N (one part) exclude each other")
     plan = selected_plan(args)
-    if plan is None:
-        return int(ExitCode.OK)
     durations = durations_of(args)
     if args.json:
         emit_json(fan_out(plan, args.shards, durations) if args.shards else plan_json(plan))

@@ -280,7 +280,7 @@ def summary_markdown(run: RunResult) -> str:
         "",
         "**Result: "
         + {
-            ExitCode.OK: "every promise kept",
+            ExitCode.OK: "every promise kept" if not counts["flaky"] else "no promise broken for good: flaky cells",
             ExitCode.BROKEN: "a promise was broken",
             ExitCode.INFRASTRUCTURE: "the run had infrastructure errors",
         }[run.exit_code]
