@@ -32,7 +32,7 @@ from harness.run import VenvBackend
 from harness.sources import resolve_sources
 from harness.status import Status
 from harness.symbols import read_artifact
-from harness.verdict import Verdict, judge, promise
+from harness.verdict import Verdict, judge
 
 log = logging.getLogger(__name__)
 # Outcomes that would count against the extension: before one stands, what the cell ran on is checked again.
@@ -445,26 +445,7 @@ class Pipeline:
         self, cell: Cell, status: Status, reason: str, runtime_torch: str, runtime_variant: str, **details: Any
     ) -> CellResult:
         """A cell's result: its identity, what happened, and the promise it is judged against."""
-        expectation = promise(cell)
-        return CellResult(
-            id=cell.id,
-            build_id=cell.build.id,
-            runtime_id=cell.runtime.id,
-            extension=cell.build.extension.name,
-            build_torch=str(cell.build.torch),
-            build_variant=cell.build.variant,
-            target=str(cell.build.target) if cell.build.target else None,
-            runtime_torch=runtime_torch,
-            runtime_variant=runtime_variant,
-            backend=self.backend.name,
-            device=cell.runtime.device,
-            status=status,
-            reason=reason,
-            expected=expectation.expected,
-            expected_why=expectation.why,
-            verdict=judge(expectation.expected, status),
-            **details,
-        )
+        return CellResult.judged(cell, status, reason, self.backend.name, runtime_torch, runtime_variant, **details)
 
 
 def _with_log_in(run_dir: Path, result: BuildResult) -> BuildResult:

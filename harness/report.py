@@ -13,9 +13,9 @@ from typing import Any
 from harness.collect import CaseCounts, DocDifference
 from harness.errors import ExitCode, InfrastructureError
 from harness.files import write_atomic
-from harness.plan import PlanIdentity
+from harness.plan import Cell, PlanIdentity
 from harness.status import Status
-from harness.verdict import KEEPS_PROMISE, Expected, Verdict
+from harness.verdict import KEEPS_PROMISE, Expected, Verdict, judge, promise
 
 # 2: each cell has its static prediction and findings; 3: and its doc_differences; 4: the run's plan identity
 # (digest, every cell of the plan, the shard), each cell's attempts (--rerun-broken), the flaky verdict.
@@ -114,6 +114,39 @@ class CellResult:
     findings: tuple[str, ...] = ()  # the outcome disagrees with the prediction; a prebuilt wheel with its claim
     doc_differences: tuple[DocDifference, ...] = ()  # what its tests saw the runtime do other than documented
     attempts: tuple[Attempt, ...] = ()  # every run of a cell run again (--rerun-broken), in order; else empty
+
+    @classmethod
+    def judged(
+        cls,
+        cell: Cell,
+        status: Status,
+        reason: str,
+        backend: str,
+        runtime_torch: str,
+        runtime_variant: str,
+        **details: Any,
+    ) -> CellResult:
+        """A cell's result: its identity, what happened, and the promise it is judged against."""
+        expectation = promise(cell)
+        return cls(
+            id=cell.id,
+            build_id=cell.build.id,
+            runtime_id=cell.runtime.id,
+            extension=cell.build.extension.name,
+            build_torch=str(cell.build.torch),
+            build_variant=cell.build.variant,
+            target=str(cell.build.target) if cell.build.target else None,
+            runtime_torch=runtime_torch,
+            runtime_variant=runtime_variant,
+            backend=backend,
+            device=cell.runtime.device,
+            status=status,
+            reason=reason,
+            expected=expectation.expected,
+            expected_why=expectation.why,
+            verdict=judge(expectation.expected, status),
+            **details,
+        )
 
     def retried(self, again: CellResult) -> CellResult:
         """This broken cell with one more attempt: flaky (the retry's result) if it kept the promise,

@@ -19,32 +19,21 @@ from harness.report import CellResult, RunResult, write_report
 from harness.schema import load_schema
 from harness.shard import shard_plan
 from harness.status import Status
-from harness.verdict import judge, promise
+from harness.verdict import promise
 
 SELECTORS = ("stable_basic@b2.13.0-t2.10", "classic_ops")  # 14 cells of 2 builds
 
 
 def cell_result(cell: Cell, backend: str = "venv") -> CellResult:
     """A cell's result as the pipeline makes one: PASS where it is promised to pass, else LOAD_FAILED."""
-    expectation = promise(cell)
-    status = Status.PASS if expectation.expected.value == "pass" else Status.LOAD_FAILED
-    return CellResult(
-        id=cell.id,
-        build_id=cell.build.id,
-        runtime_id=cell.runtime.id,
-        extension=cell.build.extension.name,
-        build_torch=str(cell.build.torch),
-        build_variant=cell.build.variant,
-        target=str(cell.build.target) if cell.build.target else None,
-        runtime_torch=str(cell.runtime.torch),
-        runtime_variant=cell.runtime.variant,
-        backend=backend,
-        device=cell.runtime.device,
-        status=status,
-        reason=status.value.lower(),
-        expected=expectation.expected,
-        expected_why=expectation.why,
-        verdict=judge(expectation.expected, status),
+    status = Status.PASS if promise(cell).expected.value == "pass" else Status.LOAD_FAILED
+    return CellResult.judged(
+        cell,
+        status,
+        status.value.lower(),
+        backend,
+        str(cell.runtime.torch),
+        cell.runtime.variant,
         tests=CaseCounts(passed=len(cell.id)),
         durations={"total": 2.5},
         logs={"stdout": f"cells/{cell.id}/stdout.log", "build": f"builds/{cell.build.id}.log"},
