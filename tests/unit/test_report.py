@@ -117,3 +117,13 @@ def test_junit_has_one_testcase_per_cell(tmp_path: Path) -> None:
     cases = {c.get("classname") + "~" + c.get("name"): c for c in root.iter("testcase")}
     assert cases[BROKEN.id.replace("demo@", "demo@", 1)].find("failure") is not None
     assert cases[EXPECTED_FAIL.id].find("skipped").get("message").startswith("expected failure: LOAD_FAILED")
+
+
+def test_from_version_4_the_schema_requires_the_plan() -> None:
+    data = run_of(KEPT).to_json()
+    jsonschema.validate(data, load_schema("results"))
+    del data["plan"]
+    with pytest.raises(jsonschema.ValidationError, match="'plan' is a required property"):
+        jsonschema.validate(data, load_schema("results"))
+    data["schema_version"] = 3
+    jsonschema.validate(data, load_schema("results"))

@@ -143,3 +143,15 @@ def test_plan_json_lists_the_cells_and_their_promise(repo: Path, capsys: pytest.
         "expected": "load_failed",
         "why": "target 2.10 is newer than the runtime torch 2.9",
     }
+
+
+def test_an_empty_shard_runs_nothing_and_reports_0_cells(repo: Path, tmp_path: Path) -> None:
+    """More shards than cells: the extra shard builds and runs nothing (this tier would fail if it tried),
+    writes a report of 0 cells that still names the whole plan, and exits 0."""
+    argv = ["run", "--matrix", str(repo / "matrix.yaml"), "-k", "stable_basic@b2.9.1~r2.1[01]", "--shard", "3/3"]
+    assert main([*argv, "--reports-dir", str(tmp_path / "r"), "--cache-dir", str(tmp_path / "cache")]) == 0
+    data = json.loads((tmp_path / "r" / "latest" / "results.json").read_text())
+    jsonschema.validate(data, load_schema("results"))
+    assert data["cells"] == [] and data["exit_code"] == 0
+    assert data["plan"]["shard"] == {"index": 3, "count": 3} and len(data["plan"]["cells"]) == 2
+    assert "shard 3/3 of a plan of 2 cells" in (tmp_path / "r" / "latest" / "summary.md").read_text()
