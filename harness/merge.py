@@ -26,7 +26,7 @@ from harness.rundiff import load_run
 
 log = logging.getLogger(__name__)
 FILE_LIMIT = 128 * 2**20  # per file: a cell's logs are capped at 64 MB each, with a note of what was dropped
-DEPTH_LIMIT = 8  # cells/<id>/attempt-2/container/... is 3 deep
+DEPTH_LIMIT = 8  # cells/<id>/container/... is 2 deep
 SHOWN = 5  # ids named in a message before "and N more"
 
 
@@ -154,7 +154,8 @@ def merge_reports(paths: Sequence[Path], reports_dir: Path) -> Merged:
     skipped: list[str] = []
     for shard in shards:
         for cell in shard.run.cells:
-            skipped += copy_untrusted(shard.run_dir, ("cells", cell.id), run_dir / "cells" / cell.id)
+            for folder in ["cells", *(f"attempt-{k}" for k in range(2, len(cell.attempts) + 1))]:
+                skipped += copy_untrusted(shard.run_dir, (folder, cell.id), run_dir / folder / cell.id)
         skipped += copy_untrusted(shard.run_dir, ("builds",), run_dir / "builds", depth=0)
     run = combine(shards, plan, run_id)
     for item in skipped:
@@ -191,7 +192,7 @@ def copy_untrusted(root: Path, parts: Sequence[str], dest: Path, depth: int = DE
         finally:
             os.close(top)
     except FileNotFoundError:
-        return [f"{where}: no such directory in the shard's report"] if parts[0] == "cells" else []
+        return [] if parts[0] == "builds" else [f"{where}: no such directory in the shard's report"]
     except OSError as exc:
         return [f"{where}: not a directory of its own (a link?): {exc.strerror or exc}"]
     try:

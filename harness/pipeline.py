@@ -292,10 +292,9 @@ class Pipeline:
         attempt: int = 1,
     ) -> CellResult:
         """One cell, whatever happens: a fault of the harness on this cell makes it ERROR, and the run goes on.
-        A cell run again (--rerun-broken) writes each later attempt into a new directory inside its own."""
-        out = run_dir / "cells" / cell.id
-        if attempt > 1:
-            out = out / f"attempt-{attempt}"
+        A cell run again (--rerun-broken) writes attempt K into attempt-K/<id>/: as deep as cells/<id>/, so
+        what a backend derives from a cell's directory (the run's directory, to protect) stays true."""
+        out = run_dir / ("cells" if attempt == 1 else f"attempt-{attempt}") / cell.id
         try:
             out.mkdir(parents=True, exist_ok=True)
             result = self._run_cell(cell, runtime, build, out, run_dir, threads, prediction)

@@ -130,7 +130,8 @@ def test_a_cell_that_fails_only_once_is_flaky_with_both_attempts(tmp_path: Path)
     assert "test_fails_the_first_time" in cell["attempts"][0]["reason"]
     run_dir = tmp_path / "reports" / "latest"
     assert json.loads((run_dir / "cells" / cell["id"] / "result.json").read_text())["verdict"] == "flaky"
-    assert (run_dir / "cells" / cell["id"] / "attempt-2" / "stdout.log").is_file()
+    assert cell["attempts"][1]["logs"]["stdout"] == f"attempt-2/{cell['id']}/stdout.log"
+    assert (run_dir / "attempt-2" / cell["id"] / "stdout.log").is_file()
     case = ET.parse(run_dir / "junit.xml").getroot().find("testcase")
     assert case is not None and case.find("failure") is None and case.find("flakyFailure") is not None
     assert "🔁" in (run_dir / "summary.md").read_text()

@@ -17,7 +17,7 @@ from harness.status import Status
 from harness.verdict import Verdict
 
 PASSED_AGAIN = dataclasses.replace(BROKEN, status=Status.PASS, verdict=Verdict.KEPT, reason="", logs={"stdout": "a2"})
-FAILED_AGAIN = dataclasses.replace(BROKEN, reason="failed again", logs={"stdout": "cells/x/attempt-2/stdout.log"})
+FAILED_AGAIN = dataclasses.replace(BROKEN, reason="failed again", logs={"stdout": "attempt-2/x/stdout.log"})
 FLAKY = BROKEN.retried(FAILED_AGAIN).retried(PASSED_AGAIN)
 OTHER = result("b2.10.0", "r2.10.0-cpu", Status.CRASHED, Verdict.BROKEN)
 STILL_BROKEN = OTHER.retried(dataclasses.replace(OTHER, reason="again")).retried(

@@ -194,3 +194,16 @@ def test_one_whole_report_merges_into_itself(plan: Plan, tmp_path: Path) -> None
     whole = write_run(dataclasses.replace(plan), tmp_path / "whole")
     merged = merge_reports([whole], tmp_path / "merged")
     assert merged.run.to_json()["cells"] == json.loads((whole / "results.json").read_text())["cells"]
+
+
+def test_the_attempts_of_a_cell_run_again_are_copied_too(plan: Plan, shards: list[Path], tmp_path: Path) -> None:
+    data = json.loads((shards[0] / "results.json").read_text())
+    cell = data["cells"][0]
+    attempt = {"status": "PASS", "verdict": "kept", "reason": "", "seconds": 1.0, "logs": {}}
+    cell["attempts"] = [attempt, attempt]
+    (shards[0] / "results.json").write_text(json.dumps(data))
+    (shards[0] / "attempt-2" / cell["id"]).mkdir(parents=True)
+    (shards[0] / "attempt-2" / cell["id"] / "stdout.log").write_text("the second attempt\n")
+    merged = merge_reports(shards, tmp_path / "merged")
+    assert (merged.run_dir / "attempt-2" / cell["id"] / "stdout.log").read_text() == "the second attempt\n"
+    assert not merged.skipped
