@@ -24,14 +24,16 @@ from harness.config import DEFAULT_MATRIX, Matrix, load_matrix, with_overrides
 from harness.envs import Env
 from harness.errors import BadInputError, ExitCode, HarnessError
 from harness.files import writable_dir
-from harness.plan import Plan, make_plan
+from harness.plan import Plan, Shard, make_plan
 from harness.report import STATUS_SHORT, VERDICT_SYMBOL, CellResult, ReportError, RunResult
 from harness.rundiff import RunDiff, compare, load_run
+from harness.shard import fan_out, measured_durations, partition, shard_plan
 from harness.verdict import Verdict, promise
 from harness.versions import ApiLevel
 
 # Off a terminal (CI logs, pipes) never wrap or cut cell ids: they are meant to be copied.
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 250)
+notes = Console(highlight=False, stderr=True, soft_wrap=True)  # what must not mix with JSON on stdout
 VERDICT_STYLE = {
     Verdict.KEPT: "green",
     Verdict.BROKEN: "bold red",
@@ -39,7 +41,9 @@ VERDICT_STYLE = {
     Verdict.UNEXPECTED_PASS: "yellow",
     Verdict.SKIPPED: "dim",
     Verdict.ERROR: "bold magenta",
+    Verdict.FLAKY: "bold yellow",
 }
+PLAN_JSON_VERSION = 1  # `plan --json`; checked against harness/schemas/plan.schema.json
 
 
 def emit_json(data: object) -> None:
@@ -71,6 +75,14 @@ def positive_seconds(text: str) -> float:
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r}: must be a number of seconds greater than 0")
     return value
+
+
+def shard_spec(text: str) -> Shard:
+    """argparse type: K/N, 1 <= K <= N."""
+    try:
+        return Shard.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def api_level(text: str) -> ApiLevel:
@@ -155,8 +167,40 @@ def parser() -> argparse.ArgumentParser:
             help="a directory of wheels, e.g. a candidate torch wheel (repeatable)",
         )
 
+    def selection(p: argparse.ArgumentParser) -> None:
+        """After -k: --rerun-failed narrows the cells, then --shard takes one part of them."""
+        p.add_argument(
+            "--rerun-failed",
+            type=Path,
+            default=None,
+            metavar="REPORT",
+            help="only the cells broken or errored in REPORT (a results.json or reports/<run-id>), within -k",
+        )
+        p.add_argument(
+            "--shard",
+            type=shard_spec,
+            default=None,
+            metavar="K/N",
+            help="only shard K of N: a deterministic part of the selected cells, balanced by estimated time",
+        )
+        p.add_argument(
+            "--durations",
+            type=Path,
+            default=None,
+            metavar="REPORT",
+            help="balance shards by the cells' times in REPORT (others: the cost model); default: the cost model",
+        )
+
     run = sub.add_parser("run", help="build, run and report the matrix")
     common(run)
+    selection(run)
+    run.add_argument(
+        "--rerun-broken",
+        type=positive_int,
+        default=0,
+        metavar="N",
+        help="run a broken cell again up to N times; one that then keeps its promise is flaky (exit 0, named)",
+    )
     run.add_argument(
         "-j", "--jobs", type=positive_int, default=os.cpu_count() or 1, help="cells at once (default: cores)"
     )
@@ -208,6 +252,23 @@ def parser() -> argparse.ArgumentParser:
 
     plan = sub.add_parser("plan", help="print the selected cells and what each is promised; do nothing else")
     common(plan)
+    selection(plan)
+    plan.add_argument(
+        "--shards",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="how the selected cells split into N shards; with --json, a job matrix for a CI fan-out",
+    )
+    plan.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+
+    merge = sub.add_parser("merge", help="combine the reports of a plan's shards into one report")
+    merge.add_argument(
+        "reports", nargs="+", type=Path, metavar="REPORT", help="a shard's results.json or reports/<run-id> directory"
+    )
+    merge.add_argument(
+        "--reports-dir", type=Path, default=Path("reports"), help="where the merged report goes (default: %(default)s)"
+    )
 
     check = sub.add_parser("check", help="predict from ELF symbols alone where an artifact (.so or wheel) loads")
     check.add_argument("artifact", type=existing_file, help="a shared object or a wheel")
@@ -307,7 +368,7 @@ def print_preamble(plan: Plan, verb: str) -> None:
 
 
 def print_plan(plan: Plan) -> None:
-    width = max(len(cell.id) for cell in plan.cells)
+    width = max((len(cell.id) for cell in plan.cells), default=0)
     for cell in plan.cells:
         p = promise(cell)
         console.print(f"{escape(cell.id):<{width}}  {p.expected.value:<12}  [dim]{escape(p.why)}[/]")
@@ -331,10 +392,12 @@ def print_grid(run: RunResult) -> None:
     for cell in sorted(run.cells, key=lambda c: c.id):
         for finding in cell.findings:
             console.print(f"   [yellow]finding[/] {escape(cell.id)}: {escape(finding)}")
-        if cell.verdict in (Verdict.BROKEN, Verdict.ERROR, Verdict.UNEXPECTED_PASS):
+        if cell.verdict in (Verdict.BROKEN, Verdict.ERROR, Verdict.UNEXPECTED_PASS, Verdict.FLAKY):
             style = VERDICT_STYLE[cell.verdict]
             line = f"{escape(cell.id)}: {cell.status.value}: {escape(cell.reason)}"
             console.print(f"   [{style}]{cell.verdict.value}[/] {line}")
+            for number, attempt in enumerate(cell.attempts, 1):
+                console.print(f"      {escape(attempt.line(number))}")
     seen = collections.Counter(d.key for cell in run.cells for d in cell.doc_differences)
     for key, cells in sorted(seen.items()):
         console.print(f"   [cyan]differs from the documents[/] {escape(key)}: in {cells} cell(s), see summary.md")
@@ -344,11 +407,60 @@ def load_matrix_with_overrides(args: argparse.Namespace) -> Matrix:
     return with_overrides(load_matrix(args.matrix), args.add_runtime, args.extra_index_url, args.find_links)
 
 
+def durations_of(args: argparse.Namespace) -> dict[str, float] | None:
+    """--durations: each cell's time in a previous run, to balance shards by (None: the cost model)."""
+    return measured_durations(load_run(args.durations)) if args.durations else None
+
+
+def selected_plan(args: argparse.Namespace) -> Plan:
+    """The cells this invocation is about: -k selectors, then --rerun-failed, then --shard.
+    When --rerun-failed leaves none, it says so (on stderr) and the plan is empty."""
+    matrix = load_matrix_with_overrides(args)
+    plan = make_plan(matrix, args.select, args.backend)
+    durations = durations_of(args)
+    if args.rerun_failed is not None:
+        failed = load_run(args.rerun_failed).failed_ids
+        gone = sorted(failed - {c.id for c in make_plan(matrix, (), args.backend).cells})
+        if gone:
+            notes.print(
+                f"[yellow]warning[/]: {len(gone)} failed cell(s) of {escape(str(args.rerun_failed))} are not in "
+                f"{escape(matrix.path.name)}: {escape(', '.join(gone))}"
+            )
+        plan = plan.only(failed)
+        if not plan.cells:
+            where = "of the matrix selected" if failed else "was broken or errored"
+            notes.print(f"no cell of {escape(str(args.rerun_failed))} {where}: nothing to rerun (exit 0)")
+    if args.shard is not None:
+        plan = shard_plan(plan, args.shard, durations)
+    return plan
+
+
+def finish(run: RunResult, run_dir: Path) -> int:
+    """The last lines of `run` and `merge`: where the report is, what the run says, its exit code."""
+    console.print(f"report: {run_dir}/summary.md, results.json, junit.xml")
+    flaky = [c.id for c in run.cells if c.verdict is Verdict.FLAKY]
+    if flaky:
+        console.print(
+            f"[bold yellow]{len(flaky)} flaky cell(s)[/]: broke their promise, then kept it on a retry "
+            f"(not kept; they do not fail the run): {escape(', '.join(flaky))}"
+        )
+    code = run.exit_code
+    message = {
+        ExitCode.OK: "[green]every promise kept[/]" + (" (but for the flaky cells)" if flaky else ""),
+        ExitCode.BROKEN: "[bold red]a promise was broken[/]",
+        ExitCode.INFRASTRUCTURE: "[bold magenta]infrastructure errors: the run is incomplete[/]",
+    }[code]
+    console.print(f"{message} (exit {int(code)})")
+    return int(code)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from harness.pipeline import Pipeline, RunOptions, make_backend  # heavy imports only for `run`
 
-    matrix = load_matrix_with_overrides(args)
-    plan = make_plan(matrix, args.select, args.backend)
+    plan = selected_plan(args)
+    if args.rerun_failed is not None and not plan.cells:  # pytest --lf would run everything; this runs nothing
+        return int(ExitCode.OK)
+    matrix = plan.matrix
     cache_dir = (args.cache_dir or default_cache_dir()).absolute()  # cells run in their own directory
     writable_dir(args.reports_dir, "--reports-dir")
     writable_dir(cache_dir, "--cache-dir" if args.cache_dir else "the cache directory ($HARNESS_CACHE_DIR)")
@@ -358,6 +470,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         jobs=args.jobs,
         cell_timeout=args.timeout,
         require_gpu=args.require_gpu,
+        rerun_broken=args.rerun_broken,
     )
     baseline = load_run(args.baseline) if args.baseline else None  # a bad baseline fails before any work
     if args.executor and args.backend != "venv":
@@ -367,7 +480,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     executor = args.executor or "forkserver"
     backend = make_backend(args.backend, matrix, options.cache_dir, args.docker_route, args.keep_containers, executor)
     how = f"{executor} processes" if args.backend == "venv" else "one container per cell"
-    print_preamble(plan, f"(backend {args.backend}, {how}, {args.jobs} at a time)")
+    shard = f", shard {plan.shard} of {len(plan.unsharded or ())}" if plan.shard else ""
+    print_preamble(plan, f"(backend {args.backend}, {how}, {args.jobs} at a time{shard})")
     try:
         run, run_dir = Pipeline(plan, options, ConsoleObserver(), backend).execute()
     except ReportError as exc:  # the results are in hand: show them, then say what could not be written
@@ -379,15 +493,29 @@ def cmd_run(args: argparse.Namespace) -> int:
         (run_dir / "diff.md").write_text(result.markdown())
         (run_dir / "diff.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
         print_diff(result)
-    console.print(f"report: {run_dir}/summary.md, results.json, junit.xml")
-    code = run.exit_code
-    message = {
-        ExitCode.OK: "[green]every promise kept[/]",
-        ExitCode.BROKEN: "[bold red]a promise was broken[/]",
-        ExitCode.INFRASTRUCTURE: "[bold magenta]infrastructure errors: the run is incomplete[/]",
-    }[code]
-    console.print(f"{message} (exit {int(code)})")
-    return int(code)
+    return finish(run, run_dir)
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from harness.merge import merge_reports
+
+    writable_dir(args.reports_dir, "--reports-dir")
+    try:
+        merged = merge_reports(args.reports, args.reports_dir)
+    except ReportError as exc:
+        print_grid(exc.run)
+        raise
+    run = merged.run
+    console.print(
+        f"[bold]merged {len(args.reports)} report(s)[/]: {len(run.cells)} cells of {escape(run.matrix)}, "
+        f"backend {run.backend}"
+    )
+    print_grid(run)
+    if merged.skipped:
+        console.print(f"[yellow]{len(merged.skipped)} file(s) of the shards not copied[/] (links, special or huge):")
+        for item in merged.skipped:
+            console.print(f"   {escape(item)}")
+    return finish(run, merged.run_dir)
 
 
 def print_diff(result: RunDiff) -> None:
@@ -430,10 +558,43 @@ def cmd_base_image(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    plan = make_plan(load_matrix_with_overrides(args), args.select, args.backend)
+    if args.shards is not None and args.shard is not None:
+        raise BadInputError("plan: --shards N (the whole partition) and --shard K/N (one part) exclude each other")
+    plan = selected_plan(args)
+    durations = durations_of(args)
+    if args.json:
+        emit_json(fan_out(plan, args.shards, durations) if args.shards else plan_json(plan))
+        return int(ExitCode.OK)
     print_preamble(plan, "(dry run: nothing is built or run)")
+    if args.shards:
+        for part in partition(plan.cells, args.shards, durations):
+            console.print(
+                f"   shard {part.shard}: {len(part.cells)} cell(s), {part.builds} build(s), ~{part.seconds:.0f} s"
+            )
+        return int(ExitCode.OK)
     print_plan(plan)
     return int(ExitCode.OK)
+
+
+def plan_json(plan: Plan) -> dict[str, object]:
+    identity = plan.identity
+    return {
+        "schema_version": PLAN_JSON_VERSION,
+        "matrix": identity.matrix,
+        "digest": identity.digest,
+        "shard": identity.shard.to_json() if identity.shard else None,
+        "cells": [
+            {
+                "id": cell.id,
+                "build": cell.build.id,
+                "runtime": cell.runtime.id,
+                "expected": p.expected.value,
+                "why": p.why,
+            }
+            for cell in plan.cells
+            for p in [promise(cell)]
+        ],
+    }
 
 
 def select_releases(manifest_releases: Sequence[str], spec: str | None) -> list[str]:
@@ -596,6 +757,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "audit-guards": cmd_audit_guards,
             "diff": cmd_diff,
             "base-image": cmd_base_image,
+            "merge": cmd_merge,
         }
         return commands[args.command](args)
     except HarnessError as exc:

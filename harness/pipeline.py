@@ -5,6 +5,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import datetime
+import functools
 import logging
 import os
 import shutil
@@ -32,7 +33,7 @@ from harness.run import VenvBackend
 from harness.sources import resolve_sources
 from harness.status import Status
 from harness.symbols import read_artifact
-from harness.verdict import judge, promise
+from harness.verdict import Verdict, judge
 
 log = logging.getLogger(__name__)
 # Outcomes that would count against the extension: before one stands, what the cell ran on is checked again.
@@ -58,6 +59,7 @@ class RunOptions:
     jobs: int
     cell_timeout: float | None = None  # overrides the matrix's settings.cell_timeout
     require_gpu: bool = False  # a cuda cell with no GPU is an ERROR, not SKIPPED (GPU runners)
+    rerun_broken: int = 0  # run a broken cell again up to this many times; one that then keeps its promise is flaky
 
 
 def make_backend(
@@ -165,6 +167,9 @@ class Pipeline:
     def execute(self) -> tuple[RunResult, Path]:
         """The whole run; the report is written even when it is interrupted (ReportError if it cannot be)."""
         started = datetime.datetime.now(datetime.UTC)
+        if not self.plan.cells:  # a shard of a plan with fewer cells than shards: nothing to prepare or run
+            run_id, run_dir = new_run_dir(self.options.reports_dir)
+            return self._report(run_id, run_dir, started, (), interrupted=False), run_dir
         processes.REGISTRY.reset()
         cells = self.execution_order()
         self.backend.begin_run(cells)
@@ -181,17 +186,29 @@ class Pipeline:
         results: dict[str, CellResult] = {}
         interrupted = False
 
-        def one(cell: Cell) -> CellResult:
+        def one(cell: Cell, attempt: int = 1) -> CellResult:
             return self.run_cell(
-                cell, handles[cell.runtime], builds[cell.build], run_dir, threads, predictions.get(cell.id)
+                cell, handles[cell.runtime], builds[cell.build], run_dir, threads, predictions.get(cell.id), attempt
             )
 
         def done(result: CellResult) -> None:
             results[result.id] = result
             self.observer.cell_done(result, len(results), len(cells))
 
+        def redone(retry: CellResult) -> None:  # a broken cell's next attempt: flaky if it kept the promise
+            results[retry.id] = self._record(results[retry.id].retried(retry), run_dir / "cells" / retry.id)
+            self.observer.cell_done(results[retry.id], len(results), len(cells))
+
         try:
             _parallel(self.options.jobs, one, cells, done, on_interrupt=self.backend.stop_all)
+            for attempt in range(2, 2 + self.options.rerun_broken):  # --rerun-broken: the broken cells again
+                again = [c for c in cells if results[c.id].verdict is Verdict.BROKEN]
+                if not again:
+                    break
+                self.observer.stage("rerun", f"{len(again)} broken cell(s), attempt {attempt}")
+                _parallel(
+                    self.options.jobs, functools.partial(one, attempt=attempt), again, redone, self.backend.stop_all
+                )
         except KeyboardInterrupt:
             interrupted = True
             log.warning("interrupted: %d of %d cells finished; writing the report", len(results), len(cells))
@@ -202,6 +219,17 @@ class Pipeline:
                 handle = handles[cell.runtime]
                 result = self.unrun(cell, builds[cell.build], "not run: the run was interrupted", handle, run_dir)
                 results[cell.id] = self._record(result, run_dir / "cells" / cell.id)
+        in_plan_order = tuple(results[c.id] for c in self.plan.cells)
+        return self._report(run_id, run_dir, started, in_plan_order, interrupted), run_dir
+
+    def _report(
+        self,
+        run_id: str,
+        run_dir: Path,
+        started: datetime.datetime,
+        cells: tuple[CellResult, ...],
+        interrupted: bool,
+    ) -> RunResult:
         run = RunResult(
             run_id=run_id,
             started=started.isoformat(timespec="seconds"),
@@ -210,14 +238,15 @@ class Pipeline:
             matrix=str(self.plan.matrix.path),
             backend=self.backend.name,
             selectors=self.plan.selectors,
-            cells=tuple(results[c.id] for c in self.plan.cells),
+            cells=cells,
             build_order=tuple(b.id for b in self.plan.builds),
             runtime_order=tuple(r.id for r in self.plan.runtimes),
             interrupted=interrupted,
+            plan=self.plan.identity,
         )
         write_report(run, run_dir)
-        _point_latest(self.options.reports_dir, run_dir)
-        return run, run_dir
+        point_latest(self.options.reports_dir, run_dir)
+        return run
 
     def execution_order(self) -> tuple[Cell, ...]:
         """The plan's cells one runtime after another (the report keeps the plan's order): a runtime's
@@ -275,9 +304,12 @@ class Pipeline:
         run_dir: Path,
         threads: int,
         prediction: Prediction | None = None,
+        attempt: int = 1,
     ) -> CellResult:
-        """One cell, whatever happens: a fault of the harness on this cell makes it ERROR, and the run goes on."""
-        out = run_dir / "cells" / cell.id
+        """One cell, whatever happens: a fault of the harness on this cell makes it ERROR, and the run goes on.
+        A cell run again (--rerun-broken) writes attempt K into attempt-K/<id>/: as deep as cells/<id>/, so
+        what a backend derives from a cell's directory (the run's directory, to protect) stays true."""
+        out = run_dir / ("cells" if attempt == 1 else f"attempt-{attempt}") / cell.id
         try:
             out.mkdir(parents=True, exist_ok=True)
             result = self._run_cell(cell, runtime, build, out, run_dir, threads, prediction)
@@ -427,26 +459,7 @@ class Pipeline:
         self, cell: Cell, status: Status, reason: str, runtime_torch: str, runtime_variant: str, **details: Any
     ) -> CellResult:
         """A cell's result: its identity, what happened, and the promise it is judged against."""
-        expectation = promise(cell)
-        return CellResult(
-            id=cell.id,
-            build_id=cell.build.id,
-            runtime_id=cell.runtime.id,
-            extension=cell.build.extension.name,
-            build_torch=str(cell.build.torch),
-            build_variant=cell.build.variant,
-            target=str(cell.build.target) if cell.build.target else None,
-            runtime_torch=runtime_torch,
-            runtime_variant=runtime_variant,
-            backend=self.backend.name,
-            device=cell.runtime.device,
-            status=status,
-            reason=reason,
-            expected=expectation.expected,
-            expected_why=expectation.why,
-            verdict=judge(expectation.expected, status),
-            **details,
-        )
+        return CellResult.judged(cell, status, reason, self.backend.name, runtime_torch, runtime_variant, **details)
 
 
 def _with_log_in(run_dir: Path, result: BuildResult) -> BuildResult:
@@ -461,7 +474,7 @@ def _with_log_in(run_dir: Path, result: BuildResult) -> BuildResult:
     return dataclasses.replace(result, log=log_copy)
 
 
-def _point_latest(reports_dir: Path, run_dir: Path) -> None:
+def point_latest(reports_dir: Path, run_dir: Path) -> None:
     latest = reports_dir / "latest"
     tmp = reports_dir / f".latest-{os.getpid()}-{time.monotonic_ns()}"
     try:

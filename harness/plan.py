@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-from collections.abc import Sequence
+import hashlib
+import json
+from collections.abc import Collection, Sequence
+from typing import Any
 
 from packaging.version import Version
 
@@ -72,12 +75,81 @@ class Cell:
 
 
 @dataclasses.dataclass(frozen=True)
+class Shard:
+    """Part K of N (1 <= K <= N) of a plan's cells: `run --shard K/N`."""
+
+    index: int
+    count: int
+
+    @classmethod
+    def parse(cls, text: str) -> Shard:
+        """'2/3' -> Shard(2, 3); ValueError saying what is wrong otherwise."""
+        index, slash, count = text.partition("/")
+        if not slash or not index.strip().isdigit() or not count.strip().isdigit():
+            raise ValueError(f"{text!r} is not K/N (e.g. 1/3: the first of three shards)")
+        shard = cls(int(index), int(count))
+        if not 1 <= shard.index <= shard.count:
+            raise ValueError(f"{text!r}: K must be from 1 to N (there are {shard.count} shard(s), counted from 1)")
+        return shard
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+    def to_json(self) -> dict[str, int]:
+        return {"index": self.index, "count": self.count}
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanIdentity:
+    """What a run was a part of: the whole selected plan (before sharding) and which shard of it.
+
+    Shards of one plan have one digest; `merge` refuses reports whose digests differ and names the
+    cells of the plan that no report holds."""
+
+    matrix: str  # the matrix file's name (not its path: shards run on different machines)
+    cells: tuple[str, ...]  # sorted ids of every cell of the plan, before sharding
+    shard: Shard | None = None
+
+    @property
+    def digest(self) -> str:
+        text = json.dumps({"matrix": self.matrix, "cells": sorted(self.cells)}, sort_keys=True)
+        return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "digest": self.digest,
+            "matrix": self.matrix,
+            "cells": sorted(self.cells),
+            "shard": self.shard.to_json() if self.shard else None,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PlanIdentity:
+        shard = data["shard"]
+        identity = cls(data["matrix"], tuple(data["cells"]), Shard(shard["index"], shard["count"]) if shard else None)
+        if identity.digest != data["digest"]:
+            raise ValueError(f"plan digest {data['digest']!r} does not match its matrix and cells")
+        return identity
+
+
+@dataclasses.dataclass(frozen=True)
 class Plan:
     matrix: Matrix
     builds: tuple[Build, ...]
     runtimes: tuple[Runtime, ...]
     cells: tuple[Cell, ...]
     selectors: tuple[str, ...]
+    shard: Shard | None = None
+    unsharded: tuple[Cell, ...] | None = None  # the selected cells before sharding (None: not sharded)
+
+    @property
+    def identity(self) -> PlanIdentity:
+        whole = self.cells if self.unsharded is None else self.unsharded
+        return PlanIdentity(self.matrix.path.name, tuple(sorted(c.id for c in whole)), self.shard)
+
+    def only(self, ids: Collection[str]) -> Plan:
+        """The cells whose ids are in ids (e.g. the failures of a previous run), in plan order."""
+        return dataclasses.replace(self, cells=tuple(c for c in self.cells if c.id in ids))
 
     @property
     def needed_builds(self) -> tuple[Build, ...]:

@@ -13,10 +13,13 @@ from typing import Any
 from harness.collect import CaseCounts, DocDifference
 from harness.errors import ExitCode, InfrastructureError
 from harness.files import write_atomic
+from harness.plan import Cell, PlanIdentity
 from harness.status import Status
-from harness.verdict import Expected, Verdict
+from harness.verdict import KEEPS_PROMISE, Expected, Verdict, judge, promise
 
-RESULTS_SCHEMA_VERSION = 3  # 2: each cell has its static prediction and findings; 3: and its doc_differences
+# 2: each cell has its static prediction and findings; 3: and its doc_differences; 4: the run's plan identity
+# (digest, every cell of the plan, the shard), each cell's attempts (--rerun-broken), the flaky verdict.
+RESULTS_SCHEMA_VERSION = 4
 
 VERDICT_SYMBOL = {
     Verdict.KEPT: "✅",
@@ -25,6 +28,7 @@ VERDICT_SYMBOL = {
     Verdict.UNEXPECTED_PASS: "❕",
     Verdict.SKIPPED: "⏭️",
     Verdict.ERROR: "⚠️",
+    Verdict.FLAKY: "🔁",
 }
 VERDICT_MEANING = {
     Verdict.KEPT: "promised to pass, and passed",
@@ -36,6 +40,7 @@ VERDICT_MEANING = {
     Verdict.UNEXPECTED_PASS: "passed where nothing was promised (reported, not failed)",
     Verdict.SKIPPED: "not run (reason given)",
     Verdict.ERROR: "the harness or its infrastructure failed; says nothing about the extension",
+    Verdict.FLAKY: "**flaky**: broke the promise, then kept it on a retry (not kept; attempts listed below)",
 }
 FINDING_MARK = "🔎"
 STATUS_SHORT = {
@@ -48,6 +53,38 @@ STATUS_SHORT = {
     Status.SKIPPED: "skip",
     Status.ERROR: "error",
 }
+
+
+@dataclasses.dataclass(frozen=True)
+class Attempt:
+    """One run of a cell that was run more than once (`run --rerun-broken N`)."""
+
+    status: Status
+    verdict: Verdict
+    reason: str
+    seconds: float | None
+    logs: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def of(cls, result: CellResult) -> Attempt:
+        return cls(result.status, result.verdict, result.reason, result.durations.get("total"), result.logs)
+
+    def to_json(self) -> dict[str, Any]:
+        seconds = round(self.seconds, 3) if self.seconds is not None else None
+        return {
+            "status": self.status.value,
+            "verdict": self.verdict.value,
+            "reason": self.reason,
+            "seconds": seconds,
+            "logs": dict(sorted(self.logs.items())),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Attempt:
+        return cls(Status(data["status"]), Verdict(data["verdict"]), data["reason"], data["seconds"], data["logs"])
+
+    def line(self, number: int) -> str:
+        return f"attempt {number}: {self.status.value} ({self.verdict.value}): {self.reason}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +113,48 @@ class CellResult:
     prediction: dict[str, Any] | None = None  # the static prediction made before the cell ran
     findings: tuple[str, ...] = ()  # the outcome disagrees with the prediction; a prebuilt wheel with its claim
     doc_differences: tuple[DocDifference, ...] = ()  # what its tests saw the runtime do other than documented
+    attempts: tuple[Attempt, ...] = ()  # every run of a cell run again (--rerun-broken), in order; else empty
+
+    @classmethod
+    def judged(
+        cls,
+        cell: Cell,
+        status: Status,
+        reason: str,
+        backend: str,
+        runtime_torch: str,
+        runtime_variant: str,
+        **details: Any,
+    ) -> CellResult:
+        """A cell's result: its identity, what happened, and the promise it is judged against."""
+        expectation = promise(cell)
+        return cls(
+            id=cell.id,
+            build_id=cell.build.id,
+            runtime_id=cell.runtime.id,
+            extension=cell.build.extension.name,
+            build_torch=str(cell.build.torch),
+            build_variant=cell.build.variant,
+            target=str(cell.build.target) if cell.build.target else None,
+            runtime_torch=runtime_torch,
+            runtime_variant=runtime_variant,
+            backend=backend,
+            device=cell.runtime.device,
+            status=status,
+            reason=reason,
+            expected=expectation.expected,
+            expected_why=expectation.why,
+            verdict=judge(expectation.expected, status),
+            **details,
+        )
+
+    def retried(self, again: CellResult) -> CellResult:
+        """This broken cell with one more attempt: flaky (the retry's result) if it kept the promise,
+        else still broken with this result's status and reason."""
+        attempts = (*(self.attempts or (Attempt.of(self),)), Attempt.of(again))
+        if again.verdict in KEEPS_PROMISE:
+            return dataclasses.replace(again, verdict=Verdict.FLAKY, attempts=attempts)
+        return dataclasses.replace(self, attempts=attempts)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -107,6 +186,7 @@ class CellResult:
             "prediction": self.prediction,
             "findings": list(self.findings),
             "doc_differences": [d.to_json() for d in self.doc_differences],
+            "attempts": [a.to_json() for a in self.attempts],
         }
 
     @classmethod
@@ -137,6 +217,7 @@ class CellResult:
             prediction=data.get("prediction"),  # absent in schema_version 1
             findings=tuple(data.get("findings", ())),
             doc_differences=tuple(DocDifference.from_json(d) for d in data.get("doc_differences", ())),  # from 3
+            attempts=tuple(Attempt.from_json(a) for a in data.get("attempts", ())),  # from 4
         )
 
 
@@ -147,12 +228,13 @@ class RunResult:
     finished: str
     harness_version: str
     matrix: str
-    backend: str
+    backend: str  # venv | docker; "mixed" for a merge of shards run with different backends
     selectors: tuple[str, ...]
     cells: tuple[CellResult, ...]
     build_order: tuple[str, ...]
     runtime_order: tuple[str, ...]
     interrupted: bool = False
+    plan: PlanIdentity | None = None  # None only in results.json older than version 4
 
     @property
     def exit_code(self) -> ExitCode:
@@ -162,6 +244,11 @@ class RunResult:
         if Verdict.ERROR in verdicts or self.interrupted:
             return ExitCode.INFRASTRUCTURE
         return ExitCode.OK
+
+    @property
+    def failed_ids(self) -> set[str]:
+        """The cells `run --rerun-failed` runs again: broken, or ended by an error."""
+        return {c.id for c in self.cells if c.verdict in (Verdict.BROKEN, Verdict.ERROR)}
 
     def counts(self) -> dict[str, int]:
         out = {v.value: 0 for v in Verdict}
@@ -180,6 +267,7 @@ class RunResult:
             "backend": self.backend,
             "selectors": list(self.selectors),
             "interrupted": self.interrupted,
+            "plan": self.plan.to_json() if self.plan else None,
             "exit_code": int(self.exit_code),
             "summary": self.counts(),
             "builds": list(self.build_order),
@@ -201,6 +289,7 @@ class RunResult:
             build_order=tuple(data["builds"]),
             runtime_order=tuple(data["runtimes"]),
             interrupted=data["interrupted"],
+            plan=PlanIdentity.from_json(data["plan"]) if data.get("plan") else None,  # from 4
         )
 
     def grid(self) -> tuple[list[str], list[str], dict[tuple[str, str], CellResult]]:
@@ -219,11 +308,12 @@ def summary_markdown(run: RunResult) -> str:
         "",
         f"Backend `{run.backend}`, matrix `{run.matrix}`, {len(run.cells)} cells"
         + (f", selectors `{' '.join(run.selectors)}`" if run.selectors else "")
+        + (f", shard {run.plan.shard} of a plan of {len(run.plan.cells)} cells" if run.plan and run.plan.shard else "")
         + ".",
         "",
         "**Result: "
         + {
-            ExitCode.OK: "every promise kept",
+            ExitCode.OK: "every promise kept" if not counts["flaky"] else "no promise broken for good: flaky cells",
             ExitCode.BROKEN: "a promise was broken",
             ExitCode.INFRASTRUCTURE: "the run had infrastructure errors",
         }[run.exit_code]
@@ -270,6 +360,7 @@ def summary_markdown(run: RunResult) -> str:
                 f"- {VERDICT_SYMBOL[cell.verdict]} `{cell.id}`: **{cell.status.value}** ({cell.verdict.value}): "
                 f"{cell.reason} (expected {cell.expected.value}: {cell.expected_why})"
             )
+            lines += [f"  - {a.line(n)}" for n, a in enumerate(cell.attempts, 1)]
         lines.append("")
     return "\n".join(lines)
 
@@ -329,6 +420,9 @@ def junit_xml(run: RunResult) -> str:
         if cell.verdict is Verdict.BROKEN:
             failures += 1
             ET.SubElement(case, "failure", message=message, type=cell.status.value).text = cell.expected_why
+            _reruns(case, cell.attempts[1:], "rerun")
+        elif cell.verdict is Verdict.FLAKY:  # passed, with each failed attempt as Maven Surefire writes it
+            _reruns(case, cell.attempts[:-1], "flaky")
         elif cell.verdict is Verdict.ERROR:
             errors += 1
             ET.SubElement(case, "error", message=message, type=cell.status.value)
@@ -342,6 +436,17 @@ def junit_xml(run: RunResult) -> str:
     suite.set("skipped", str(skipped))
     ET.indent(suite)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"
+
+
+def _reruns(case: ET.Element, attempts: Sequence[Attempt], kind: str) -> None:
+    """Surefire's <flakyFailure>/<flakyError> (a test that passed on a rerun) or <rerunFailure>/<rerunError>
+    (a failed test's reruns that failed too), one per attempt."""
+    for attempt in attempts:
+        tag = f"{kind}Error" if attempt.verdict is Verdict.ERROR else f"{kind}Failure"
+        element = ET.SubElement(
+            case, tag, message=f"{attempt.status.value}: {attempt.reason}", type=attempt.status.value
+        )
+        ET.SubElement(element, "system-out").text = attempt.logs.get("stdout", "")
 
 
 def write_report(run: RunResult, out_dir: Path) -> dict[str, Path]:

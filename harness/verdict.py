@@ -31,6 +31,10 @@ class Verdict(enum.StrEnum):
     UNEXPECTED_PASS = "unexpected_pass"
     SKIPPED = "skipped"
     ERROR = "error"
+    FLAKY = "flaky"  # broken, then kept the promise on a retry (`run --rerun-broken N`): never reads as kept
+
+
+KEEPS_PROMISE = frozenset({Verdict.KEPT, Verdict.EXPECTED_FAILURE})  # a retry ending so makes a broken cell flaky
 
 
 @dataclasses.dataclass(frozen=True)

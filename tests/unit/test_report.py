@@ -7,6 +7,7 @@ import pytest
 
 from harness.collect import CaseCounts
 from harness.errors import ExitCode
+from harness.plan import PlanIdentity
 from harness.report import CellResult, RunResult, load_results, write_report
 from harness.schema import load_schema
 from harness.status import Status
@@ -51,6 +52,7 @@ def run_of(*cells: CellResult) -> RunResult:
         cells=cells,
         build_order=("demo@b2.13.0", "demo@b2.10.0"),
         runtime_order=("r2.10.0-cpu", "r2.13.0-cpu"),
+        plan=PlanIdentity("matrix.yaml", tuple(sorted(c.id for c in cells))),
     )
 
 
@@ -77,7 +79,7 @@ def test_results_json_matches_its_schema_and_round_trips(tmp_path: Path) -> None
     files = write_report(run, tmp_path)
     data = json.loads(files["results"].read_text())
     jsonschema.validate(data, load_schema("results"))
-    assert data["schema_version"] == 3 and data["exit_code"] == 1
+    assert data["schema_version"] == 4 and data["exit_code"] == 1
     assert [c["id"] for c in data["cells"]] == sorted(c["id"] for c in data["cells"])
     assert data["summary"] == {
         "kept": 1,
@@ -86,6 +88,7 @@ def test_results_json_matches_its_schema_and_round_trips(tmp_path: Path) -> None
         "unexpected_pass": 0,
         "skipped": 0,
         "error": 1,
+        "flaky": 0,
     }
     assert load_results(files["results"]).to_json() == data
 
@@ -114,3 +117,13 @@ def test_junit_has_one_testcase_per_cell(tmp_path: Path) -> None:
     cases = {c.get("classname") + "~" + c.get("name"): c for c in root.iter("testcase")}
     assert cases[BROKEN.id.replace("demo@", "demo@", 1)].find("failure") is not None
     assert cases[EXPECTED_FAIL.id].find("skipped").get("message").startswith("expected failure: LOAD_FAILED")
+
+
+def test_from_version_4_the_schema_requires_the_plan() -> None:
+    data = run_of(KEPT).to_json()
+    jsonschema.validate(data, load_schema("results"))
+    del data["plan"]
+    with pytest.raises(jsonschema.ValidationError, match="'plan' is a required property"):
+        jsonschema.validate(data, load_schema("results"))
+    data["schema_version"] = 3
+    jsonschema.validate(data, load_schema("results"))

@@ -12,6 +12,8 @@ import yaml
 
 from harness.cli import parser
 from harness.config import load_matrix
+from harness.plan import make_plan
+from harness.shard import fan_out
 
 REPO = Path(__file__).resolve().parents[2]
 WORKFLOWS = sorted((REPO / "ci").glob("*.yml"))
@@ -96,7 +98,7 @@ def test_workflow_structure(path: Path) -> None:
         for step in job["steps"]:
             assert ("uses" in step) != ("run" in step), f"{job_name}: a step needs exactly one of uses/run: {step}"
             if "uses" in step:
-                assert re.fullmatch(r"[\w.-]+/[\w.-]+@v\d+", step["uses"]), step["uses"]
+                assert re.fullmatch(r"[\w.-]+/[\w.-]+(?:/[\w.-]+)*@v\d+", step["uses"]), step["uses"]
             for expr in EXPRESSION.findall(yaml.safe_dump(step)):
                 for ref in re.findall(r"\bsteps\.([\w-]+)\.", expr):
                     assert ref in step_ids, f"{job_name}: expression refers to unknown step {ref!r}"
@@ -122,6 +124,41 @@ def test_the_nightly_gates_on_broken_promises_and_uses_gpus_and_a_prerelease() -
     for job in jobs.values():
         assert any("upload-artifact" in step.get("uses", "") for step in job["steps"])
         assert any("GITHUB_STEP_SUMMARY" in step.get("run", "") for step in job["steps"])
+
+
+def test_jobs_use_only_the_outputs_of_jobs_they_need() -> None:
+    for path in WORKFLOWS:
+        jobs = load_workflow(path)["jobs"]
+        for job_name, job in jobs.items():
+            needs = job.get("needs", [])
+            needs = [needs] if isinstance(needs, str) else needs
+            assert set(needs) <= set(jobs), f"{path.name}:{job_name}: needs a job that does not exist"
+            for expr in EXPRESSION.findall(yaml.safe_dump(job)):
+                for ref, output in re.findall(r"\bneeds\.([\w-]+)\.outputs\.([\w-]+)", expr):
+                    assert ref in needs, f"{path.name}:{job_name}: uses {ref}'s outputs without needing it"
+                    assert output in jobs[ref].get("outputs", {}), f"{path.name}: {ref} has no output {output!r}"
+
+
+def test_the_nightly_fans_the_cpu_matrix_out_over_shards_and_merges_them() -> None:
+    jobs = load_workflow(REPO / "ci" / "nightly.yml")["jobs"]
+
+    def runs(job: str) -> str:
+        return " ".join(step.get("run", "") for step in jobs[job]["steps"])
+
+    assert "python -m harness plan --shards" in runs("plan") and "--json" in runs("plan")
+    assert jobs["cpu"]["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.shards) }}"
+    assert 'nox -s matrix -- --shard "$SHARD"' in runs("cpu")
+    shard_env = next(step["env"]["SHARD"] for step in jobs["cpu"]["steps"] if "SHARD" in step.get("env", {}))
+    assert shard_env == "${{ matrix.shard }}"
+    # Every matrix.X the cpu job names is a key of what `plan --shards N --json` prints.
+    entry = fan_out(make_plan(load_matrix(REPO / "matrix.yaml")), 3)["include"][0]
+    used = set(re.findall(r"\bmatrix\.([\w-]+)", yaml.safe_dump(jobs["cpu"])))
+    assert used and used <= set(entry), used - set(entry)
+    merge = jobs["merge"]
+    assert set(merge["needs"]) >= {"cpu", "gpu"} and merge["if"].startswith("always()")
+    assert "python -m harness merge" in runs("merge") and "GITHUB_STEP_SUMMARY" in runs("merge")
+    assert "exit" in merge["steps"][-1]["run"] and "steps.merge.outputs.status" in merge["steps"][-1]["run"]
+    assert "--shard" not in runs("gpu"), "the GPU job is one shard of another plan"
 
 
 def test_the_release_gate_runs_abi_diff_and_the_full_matrix() -> None:

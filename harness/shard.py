@@ -1,0 +1,106 @@
+"""Split a plan's cells into N balanced shards, the same way on every machine.
+
+A cell costs its `durations.total` in a previous run when one is given (`--durations`), else
+the cost model below; a shard also pays, once, for each build its cells need (a shard builds
+only those). So the cells of one build are kept together: each build with its cells is one
+chunk, and a chunk costlier than an even share (the total over N) is cut into as few chunks as
+bring it under that share, each paying for the build again. The chunks then go longest-first
+onto the least-loaded shard (a deterministic greedy: ties by first cell id, then by shard
+index). Nothing random, nothing from the clock: every machine of a CI fan-out computes the
+same partition.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
+
+from harness.plan import Build, Cell, Plan, Shard
+from harness.report import RunResult
+
+# The cost model, in seconds on 2 cores (README, Performance): a cell is an interpreter, `import
+# torch`, the load and a suite; a build is a compile, once per shard that needs it.
+CELL_SECONDS = 3.0
+BUILD_SECONDS = {"wheel": 0.1, "stable": 5.0, "unstable": 14.0, "cuda": 20.0}
+T = TypeVar("T")
+
+
+def build_seconds(build: Build) -> float:
+    """The cost model for a build: a prebuilt wheel is only unpacked; nvcc and the classic ATen headers are slow."""
+    if build.extension.recipe == "wheel":
+        return BUILD_SECONDS["wheel"]
+    if build.variant.startswith("cu"):
+        return BUILD_SECONDS["cuda"]
+    return BUILD_SECONDS["stable" if build.extension.stable else "unstable"]
+
+
+def measured_durations(run: RunResult) -> dict[str, float]:
+    """Each cell's `durations.total` in a previous run (cells that never ran have none)."""
+    return {c.id: float(total) for c in run.cells if (total := c.durations.get("total")) is not None}
+
+
+@dataclasses.dataclass(frozen=True)
+class Part:
+    """One shard of a partition: its cells in plan order, and its estimated cost."""
+
+    shard: Shard
+    cells: tuple[Cell, ...]
+    seconds: float
+
+    @property
+    def builds(self) -> int:
+        return len({c.build for c in self.cells})
+
+
+def partition(cells: Sequence[Cell], count: int, durations: Mapping[str, float] | None = None) -> tuple[Part, ...]:
+    """The cells in `count` disjoint shards that together hold every cell, balanced by estimated cost."""
+    known = durations or {}
+    groups: dict[Build, list[tuple[float, str, Cell]]] = {}
+    for cell in cells:
+        groups.setdefault(cell.build, []).append((known.get(cell.id, CELL_SECONDS), cell.id, cell))
+    total = sum(cost for group in groups.values() for cost, _, _ in group) + sum(map(build_seconds, groups))
+    share = total / count
+    chunks: list[tuple[float, str, list[Cell]]] = []
+    for build, group in groups.items():
+        whole = build_seconds(build) + sum(cost for cost, _, _ in group)
+        pieces = min(len(group), max(1, math.ceil(whole / share - 1e-9)))
+        for seconds, piece in _longest_first(group, pieces):
+            chunks.append((build_seconds(build) + seconds, min(c.id for c in piece), piece))
+    parts = []
+    for index, (seconds, members) in enumerate(_longest_first(chunks, count), 1):
+        ids = {cell.id for piece in members for cell in piece}
+        parts.append(Part(Shard(index, count), tuple(c for c in cells if c.id in ids), seconds))
+    return tuple(parts)
+
+
+def _longest_first(items: Sequence[tuple[float, str, T]], bins: int) -> list[tuple[float, list[T]]]:
+    """Items (cost, key, item) into bins: longest first (ties by key), each onto the least-loaded bin (ties
+    by bin index). Returns each bin's load and items."""
+    loads = [0.0] * bins
+    contents: list[list[T]] = [[] for _ in range(bins)]
+    for cost, _, item in sorted(items, key=lambda entry: (-entry[0], entry[1])):
+        least = min(range(bins), key=lambda i: (loads[i], i))
+        loads[least] += cost
+        contents[least].append(item)
+    return [(round(load, 1), content) for load, content in zip(loads, contents, strict=True)]
+
+
+def shard_plan(plan: Plan, shard: Shard, durations: Mapping[str, float] | None = None) -> Plan:
+    """The plan reduced to one shard's cells; it still knows the whole plan (for its report's identity)."""
+    part = partition(plan.cells, shard.count, durations)[shard.index - 1]
+    return dataclasses.replace(plan, cells=part.cells, shard=shard, unsharded=plan.cells)
+
+
+def fan_out(plan: Plan, count: int, durations: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """The job matrix for a CI fan-out, in the shape GitHub Actions' `strategy.matrix` takes as it is
+    (`matrix: ${{ fromJSON(needs.plan.outputs.shards) }}`): one `include` entry per shard, so each
+    job sees `matrix.shard` ("2/3") and, for its name, `matrix.cells` and `matrix.estimated_seconds`.
+    No other top-level key: Actions would read it as another axis of the matrix."""
+    return {
+        "include": [
+            {"shard": str(part.shard), "cells": len(part.cells), "estimated_seconds": part.seconds}
+            for part in partition(plan.cells, count, durations)
+        ]
+    }

@@ -1,0 +1,157 @@
+"""Shards: a deterministic, disjoint, covering, balanced partition; K/N typed by argparse; the CI job matrix."""
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from harness.cli import main, parser
+from harness.config import load_matrix
+from harness.plan import Cell, Plan, PlanIdentity, Shard, make_plan
+from harness.schema import load_schema
+from harness.shard import CELL_SECONDS, build_seconds, fan_out, partition, shard_plan
+
+
+@pytest.fixture
+def plan(repo: Path) -> Plan:
+    return make_plan(load_matrix(repo / "matrix.yaml"))
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 7, 76, 77, 100])
+def test_shards_are_disjoint_cover_every_cell_and_keep_plan_order(plan: Plan, count: int) -> None:
+    parts = partition(plan.cells, count)
+    assert [str(p.shard) for p in parts] == [f"{k}/{count}" for k in range(1, count + 1)]
+    ids = [c.id for p in parts for c in p.cells]
+    assert sorted(ids) == sorted(c.id for c in plan.cells)  # each cell in exactly one shard
+    order = [c.id for c in plan.cells]
+    for part in parts:
+        assert [c.id for c in part.cells] == [i for i in order if i in {c.id for c in part.cells}]
+    if count <= len(plan.cells):
+        assert all(p.cells for p in parts), "a shard was left empty while there were cells enough"
+
+
+def test_the_partition_is_the_same_on_every_machine(plan: Plan) -> None:
+    """Same cells in another order, a new process: the same shards (nothing from hash order or the clock)."""
+    shuffled = tuple(reversed(plan.cells))
+    first = [sorted(c.id for c in p.cells) for p in partition(plan.cells, 4)]
+    again = [sorted(c.id for c in p.cells) for p in partition(shuffled, 4)]
+    assert first == again
+
+
+def test_a_build_stays_in_one_shard_when_that_costs_nothing(plan: Plan) -> None:
+    """The default matrix: 13 builds, 3 shards. Cells spread one by one would build nearly every build in
+    every shard; kept together, each build is built once in all."""
+    parts = partition(plan.cells, 3)
+    assert sum(p.builds for p in parts) == len(plan.needed_builds)
+    estimate = len(plan.cells) * CELL_SECONDS + sum(map(build_seconds, plan.needed_builds))
+    assert max(p.seconds for p in parts) < estimate / 3 * 1.1
+
+
+def test_measured_durations_balance_the_shards(plan: Plan) -> None:
+    """One build's cells are slow (as a previous run's durations say): balanced by those, no shard is more
+    than 10% over an even share; balanced by the cost model alone, the real times are far apart."""
+    slow = {c.id: 60.0 for c in plan.cells if c.build.id == "stable_basic@b2.15.0-t2.9"}
+
+    def real_seconds(cells: tuple[Cell, ...]) -> float:
+        builds = {c.build for c in cells}
+        return sum(slow.get(c.id, CELL_SECONDS) for c in cells) + sum(map(build_seconds, builds))
+
+    total = real_seconds(plan.cells)
+    measured = partition(plan.cells, 3, slow)
+    assert max(real_seconds(p.cells) for p in measured) <= total / 3 * 1.1
+    assert [p.seconds for p in measured] == [round(real_seconds(p.cells), 1) for p in measured]
+    blind = partition(plan.cells, 3)
+    assert max(real_seconds(p.cells) for p in blind) > total / 3 * 1.5
+
+
+def test_a_sharded_plan_knows_the_whole_plan(plan: Plan) -> None:
+    part = shard_plan(plan, Shard(2, 3))
+    assert part.cells and set(part.cells) < set(plan.cells)
+    assert part.identity.cells == plan.identity.cells and part.identity.digest == plan.identity.digest
+    assert part.identity.shard == Shard(2, 3) and plan.identity.shard is None
+    other = make_plan(plan.matrix, ["r2.13"])
+    assert other.identity.digest != plan.identity.digest
+
+
+def test_the_digest_is_checked_when_read() -> None:
+    identity = PlanIdentity("matrix.yaml", ("a@b1~r1-cpu",), Shard(1, 2))
+    assert PlanIdentity.from_json(identity.to_json()) == identity
+    forged = {**identity.to_json(), "cells": ["a@b1~r1-cpu", "b@b1~r1-cpu"]}
+    with pytest.raises(ValueError, match="does not match"):
+        PlanIdentity.from_json(forged)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("0/3", "'0/3': K must be from 1 to N"),
+        ("4/3", "'4/3': K must be from 1 to N"),
+        ("1/0", "'1/0': K must be from 1 to N"),
+        ("a/b", "'a/b' is not K/N"),
+        ("3", "'3' is not K/N"),
+        ("-1/3", "'-1/3' is not K/N"),
+    ],
+)
+def test_a_bad_shard_is_a_usage_error(text: str, message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        parser().parse_args(["run", f"--shard={text}"])
+    assert info.value.code == 2
+    assert f"argument --shard: {message}" in capsys.readouterr().err
+
+
+def test_shard_and_rerun_broken_are_typed() -> None:
+    args = parser().parse_args(["run", "--shard", "2/3", "--rerun-broken", "2"])
+    assert (args.shard, args.rerun_broken) == (Shard(2, 3), 2)
+    with pytest.raises(SystemExit):
+        parser().parse_args(["run", "--rerun-broken", "0"])
+
+
+def test_plan_shards_json_is_a_github_actions_job_matrix(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--matrix", str(repo / "matrix.yaml"), "--shards", "3", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert list(data) == ["include"]  # any other top-level key would be read as one more matrix axis
+    assert [job["shard"] for job in data["include"]] == ["1/3", "2/3", "3/3"]
+    assert sum(job["cells"] for job in data["include"]) == 77
+    assert all(set(job) == {"shard", "cells", "estimated_seconds"} for job in data["include"])
+    # Each job's --shard is accepted by `run` as it is.
+    assert [parser().parse_args(["run", "--shard", j["shard"]]).shard.index for j in data["include"]] == [1, 2, 3]
+
+
+def test_fan_out_with_more_shards_than_cells_lists_the_empty_ones(plan: Plan) -> None:
+    few = make_plan(plan.matrix, ["stable_basic@b2.9.1~r2.1[01]"])
+    jobs = fan_out(few, 3)["include"]
+    assert [j["cells"] for j in jobs] == [1, 1, 0]
+
+
+def test_plan_json_lists_the_cells_and_their_promise(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["plan", "--matrix", str(repo / "matrix.yaml"), "-k", "stable_basic@b2.13.0-t2.10", "--json"]
+    assert main([*argv, "--shard", "1/2"]) == 0
+    shard = json.loads(capsys.readouterr().out)
+    assert main(argv) == 0
+    whole = json.loads(capsys.readouterr().out)
+    for data in (shard, whole):
+        jsonschema.validate(data, load_schema("plan"))
+    assert whole["shard"] is None and shard["shard"] == {"index": 1, "count": 2}
+    assert whole["digest"] == shard["digest"]
+    assert len(whole["cells"]) == 7 and 0 < len(shard["cells"]) < 7
+    first = whole["cells"][0]
+    assert first == {
+        "id": "stable_basic@b2.13.0-t2.10~r2.9.1-cpu",
+        "build": "stable_basic@b2.13.0-t2.10",
+        "runtime": "r2.9.1-cpu",
+        "expected": "load_failed",
+        "why": "target 2.10 is newer than the runtime torch 2.9",
+    }
+
+
+def test_an_empty_shard_runs_nothing_and_reports_0_cells(repo: Path, tmp_path: Path) -> None:
+    """More shards than cells: the extra shard builds and runs nothing (this tier would fail if it tried),
+    writes a report of 0 cells that still names the whole plan, and exits 0."""
+    argv = ["run", "--matrix", str(repo / "matrix.yaml"), "-k", "stable_basic@b2.9.1~r2.1[01]", "--shard", "3/3"]
+    assert main([*argv, "--reports-dir", str(tmp_path / "r"), "--cache-dir", str(tmp_path / "cache")]) == 0
+    data = json.loads((tmp_path / "r" / "latest" / "results.json").read_text())
+    jsonschema.validate(data, load_schema("results"))
+    assert data["cells"] == [] and data["exit_code"] == 0
+    assert data["plan"]["shard"] == {"index": 3, "count": 3} and len(data["plan"]["cells"]) == 2
+    assert "shard 3/3 of a plan of 2 cells" in (tmp_path / "r" / "latest" / "summary.md").read_text()
