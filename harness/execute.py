@@ -104,6 +104,7 @@ class CellExecution:
     # Set when the backend decided the cell without a result from pytest: the docker engine
     # failed it (ERROR), or cannot give it the GPU it asks for (SKIPPED).
     decided: tuple[Status, str] | None = None
+    executor: str | None = None  # the Launched's kind; None when the cell never started
 
     @property
     def junit(self) -> Path:
@@ -159,6 +160,8 @@ class CappedLog:
 
 class Launched(Protocol):
     """One cell's process (or container), started."""
+
+    kind: str  # how the cell runs, for its record: fresh (a new interpreter), forkserver, container
 
     def wait(self, timeout: float | None) -> int | None:
         """Its exit code as subprocess gives it (a signal death is -N); None if still running after timeout."""
@@ -227,9 +230,9 @@ class Executor(abc.ABC):
         stdout, stderr = CappedLog(out / "stdout.log"), CappedLog(out / "stderr.log")
         launched_at, started = time.time(), time.monotonic()
         decided: tuple[Status, str] | None = None
-        returncode, timed_out = None, False
+        returncode, timed_out, executor = None, False, None
         try:
-            returncode, timed_out = self._run(request, view, stdout, stderr)
+            returncode, timed_out, executor = self._run(request, view, stdout, stderr)
         except CellDecided as exc:
             stderr.write(exc.reason.encode() + b"\n")
             decided = (exc.status, exc.reason)
@@ -237,11 +240,13 @@ class Executor(abc.ABC):
             stdout.close()
             stderr.close()
         seconds = time.monotonic() - started
-        return CellExecution(returncode, timed_out, launched_at, seconds, stdout.path, stderr.path, view, decided)
+        return CellExecution(
+            returncode, timed_out, launched_at, seconds, stdout.path, stderr.path, view, decided, executor
+        )
 
     def _run(
         self, request: CellRequest, view: CellView, stdout: CappedLog, stderr: CappedLog
-    ) -> tuple[int | None, bool]:
+    ) -> tuple[int | None, bool, str]:
         if self.stopping:
             raise processes.Interrupted(f"not started, the run is stopping: {request.cell.id}")
         launched = self.start(request, view, stdout, stderr)
@@ -250,7 +255,7 @@ class Executor(abc.ABC):
         try:
             if self.stopping:  # stop_all ran while it started: it missed this one
                 launched.kill(0)
-            return supervise(launched, request.timeout)
+            return (*supervise(launched, request.timeout), launched.kind)
         finally:
             with self._lock:
                 self._active.pop(request.cell.id, None)

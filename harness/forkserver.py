@@ -48,6 +48,8 @@ class ServerGone(Exception):
 class ForkedCell:
     """A cell forked by a server: its pid arrives first on the reply socket, its exit status last."""
 
+    kind = "forkserver"
+
     def __init__(self, reply: socket.socket, pumps: list[LogPump], server: Server) -> None:
         self.reply = reply
         self.pumps = pumps

@@ -396,6 +396,7 @@ class Pipeline:
             },
             prediction=prediction.to_json() if prediction else None,
             doc_differences=probe.doc_differences,
+            executor=execution.executor,
             findings=(
                 *build.findings,
                 *findings(prediction, outcome.status.value, outcome.reason, outcome.missing_symbol, designed),

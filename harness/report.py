@@ -113,6 +113,7 @@ class CellResult:
     prediction: dict[str, Any] | None = None  # the static prediction made before the cell ran
     findings: tuple[str, ...] = ()  # the outcome disagrees with the prediction; a prebuilt wheel with its claim
     doc_differences: tuple[DocDifference, ...] = ()  # what its tests saw the runtime do other than documented
+    executor: str | None = None  # how its process started (fresh, forkserver, container); None: it did not start
     attempts: tuple[Attempt, ...] = ()  # every run of a cell run again (--rerun-broken), in order; else empty
 
     @classmethod
@@ -186,6 +187,7 @@ class CellResult:
             "prediction": self.prediction,
             "findings": list(self.findings),
             "doc_differences": [d.to_json() for d in self.doc_differences],
+            "executor": self.executor,
             "attempts": [a.to_json() for a in self.attempts],
         }
 
@@ -217,6 +219,7 @@ class CellResult:
             prediction=data.get("prediction"),  # absent in schema_version 1
             findings=tuple(data.get("findings", ())),
             doc_differences=tuple(DocDifference.from_json(d) for d in data.get("doc_differences", ())),  # from 3
+            executor=data.get("executor"),  # from 4
             attempts=tuple(Attempt.from_json(a) for a in data.get("attempts", ())),  # from 4
         )
 

@@ -182,6 +182,8 @@ class Process:
     """A command in its own session and process group (in the sandbox when given one), its output
     pumped into capped logs. Killing it kills its whole group."""
 
+    kind = "fresh"
+
     def __init__(self, proc: subprocess.Popen[bytes], pumps: list[LogPump], box: sandbox.Sandbox) -> None:
         self.proc = proc
         self.pumps = pumps

@@ -156,6 +156,8 @@ class DockerBackend(Executor):
 class ContainerCell:
     """One cell's container, started: waited for, killed and removed through the engine."""
 
+    kind = "container"
+
     def __init__(
         self, container: Container, work: Path, owner: tuple[int, int] | None, keep: bool, cell_id: str, memory: str
     ) -> None:

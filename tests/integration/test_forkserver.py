@@ -77,6 +77,7 @@ def test_forked_cells_end_as_fresh_ones_do(workspace: Path) -> None:
     for cell_id, cell in cells.items():
         command = (run_dir / "cells" / cell_id / "command.txt").read_text()
         assert "forked by the forkserver of torch 2.13.0" in command
+        assert (cell["executor"], fresh_cells[cell_id]["executor"]) == ("forkserver", "fresh")
         assert cell["durations"]["import_torch"] < 0.05, cell  # imported once, by the server
         assert fresh_cells[cell_id]["durations"]["import_torch"] > 0.2, fresh_cells[cell_id]
     assert not processes_mentioning(str(workspace)), "a forkserver or a cell outlived its run"
