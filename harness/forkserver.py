@@ -24,13 +24,16 @@ import select
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import IO
 
 from harness import processes
 from harness.execute import CappedLog, CellDecided, CellExecution, CellRequest, CellView, Launched
+from harness.files import write_atomic
 from harness.plan import Cell, Runtime
 from harness.run import PROBE_DIR, LogPump, VenvBackend, host_environ, interpreter_environ
 from harness.status import Status
@@ -112,11 +115,21 @@ class ForkedCell:
 class Server:
     """One runtime's forkserver: started in the sandbox, asked for cells over a SOCK_SEQPACKET socket."""
 
-    def __init__(self, label: str, proc: subprocess.Popen[bytes], control: socket.socket, backend: ForkserverBackend):
+    def __init__(
+        self,
+        label: str,
+        proc: subprocess.Popen[bytes],
+        control: socket.socket,
+        backend: ForkserverBackend,
+        output: IO[bytes],
+        log_path: Path,
+    ):
         self.label = label
         self.proc = proc
         self.control = control
         self.backend = backend
+        self.output = output  # what the server itself printed (nothing, unless it failed)
+        self.log_path = log_path
         self._lock = threading.Lock()
 
     @classmethod
@@ -127,18 +140,20 @@ class Server:
         # the run's directory names the server (and the cells it forks, which share its command line)
         argv = [handle.python, "-c", SERVER, str(theirs.fileno()), str(request.out_dir.parents[1])]
         environ = {**host_environ(Path("/")), **interpreter_environ(request.threads, [PROBE_DIR])}
-        log.info("%s: starting its forkserver (%s)", label, log_path)
-        with open(log_path, "ab") as server_log:
+        log.info("%s: starting its forkserver", label)
+        output = tempfile.TemporaryFile()  # kept in the report only if the server says anything
+        try:
             proc = processes.REGISTRY.popen(
                 backend.sandbox.wrap(argv, backend.shared_protected(request), [], keep_capabilities=True),
                 cwd="/",
                 env=environ,
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
-                stdout=server_log,
-                stderr=server_log,
+                stdout=output,
+                stderr=output,
             )
-        theirs.close()
+        finally:
+            theirs.close()
         ready, _, _ = select.select([ours], [], [], READY_TIMEOUT)
         message = ours.recv(4096) if ready else b""
         if not message:
@@ -146,9 +161,10 @@ class Server:
             proc.wait()
             processes.REGISTRY.release(proc)
             ours.close()
-            tail = log_path.read_text(errors="replace").strip().splitlines()[-3:]
+            tail = _read(output).decode(errors="replace").strip().splitlines()[-3:]
+            output.close()
             raise ServerGone(f"the forkserver of {label} did not start: {' / '.join(tail) or 'no output'}")
-        return cls(label, proc, ours, backend)
+        return cls(label, proc, ours, backend, output, log_path)
 
     def box_returncode(self, code: int) -> int:
         return self.backend.sandbox.returncode(code)
@@ -193,6 +209,25 @@ class Server:
         except subprocess.TimeoutExpired:
             pass
         processes.REGISTRY.release(self.proc)
+        said = _read(self.output)
+        self.output.close()
+        if said:
+            log.warning(
+                "the forkserver of %s said (kept in %s): %s",
+                self.label,
+                self.log_path,
+                said[-500:].decode(errors="replace"),
+            )
+            try:
+                self.log_path.parent.mkdir(exist_ok=True)
+                write_atomic(self.log_path, said.decode(errors="replace"))
+            except OSError as exc:
+                log.warning("%s: not written: %s", self.log_path, exc)
+
+
+def _read(output: IO[bytes], limit: int = 1 << 20) -> bytes:
+    output.seek(0)
+    return output.read(limit)
 
 
 class ForkserverBackend(VenvBackend):
@@ -226,7 +261,6 @@ class ForkserverBackend(VenvBackend):
         with starting:
             if runtime not in self._servers:
                 log_path = request.out_dir.parents[1] / "forkservers" / f"{runtime.id}.log"
-                log_path.parent.mkdir(parents=True, exist_ok=True)
                 try:
                     self._servers[runtime] = Server.start(request, self, log_path)
                 except ServerGone as exc:

@@ -85,6 +85,7 @@ def test_default_matrix_keeps_every_promise_then_reuses_everything(repo: Path, t
         "unexpected_pass": 2,
         "skipped": 0,
         "error": 0,
+        "flaky": 0,
     }
 
     second = harness(
