@@ -83,6 +83,7 @@ def image_runtime(
     (only libtorch*, libc10*, libshm*: what prediction reads), so no host env is needed."""
     image_id = (engine.client.images.get(image.name).id or image.name).split(":")[-1][:16]
     lib = cache_dir / "docker" / "image-libs" / image_id
+    lib.parent.mkdir(parents=True, exist_ok=True)
     with locked(lib.parent / f"{image_id}.lock"):
         if not (lib / ".complete").exists():
             shutil.rmtree(lib, ignore_errors=True)

@@ -257,6 +257,7 @@ def test_a_baked_image_and_a_named_image_give_the_same_status(
         f"runtimes:\n{runtimes}builds:\n  - {{extension: fails, torch: 2.13.0}}\n"
     )
     proc = harness("run", "--backend", "docker", "--reports-dir", "r", cwd=named)
+    assert (named / "r" / "latest").exists(), proc.stdout
     (cell,) = latest_results(named / "r")["cells"]
     assert (proc.returncode, cell["status"]) == (1, "TEST_FAILED"), proc.stdout
     assert cell["failing_tests"] == ["test_fails::test_answer_is_42"]
