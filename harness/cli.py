@@ -25,7 +25,14 @@ from harness.envs import Env
 from harness.errors import BadInputError, ExitCode, HarnessError
 from harness.files import writable_dir
 from harness.plan import Plan, Shard, make_plan
-from harness.report import STATUS_SHORT, VERDICT_SYMBOL, CellResult, ReportError, RunResult
+from harness.report import (
+    STATUS_SHORT,
+    VERDICT_SYMBOL,
+    CellResult,
+    ReportError,
+    RunResult,
+    expected_failure_classes,
+)
 from harness.rundiff import RunDiff, compare, load_run
 from harness.shard import fan_out, measured_durations, partition, shard_plan
 from harness.verdict import Verdict, promise
@@ -371,7 +378,14 @@ def print_plan(plan: Plan) -> None:
     width = max((len(cell.id) for cell in plan.cells), default=0)
     for cell in plan.cells:
         p = promise(cell)
-        console.print(f"{escape(cell.id):<{width}}  {p.expected.value:<12}  [dim]{escape(p.why)}[/]")
+        console.print(
+            f"{escape(cell.id):<{width}}  {p.expected.value:<12}  {p.condition.value:<10}  [dim]{escape(p.why)}[/]"
+        )
+    console.print(
+        "[dim]the promise from the matrix alone; what each build needs of its runtime (the Python ABI of its "
+        "wheel tags, the CUDA major its libraries name) is decided after the build, against the runtime as "
+        "prepared[/]"
+    )
 
 
 def print_grid(run: RunResult) -> None:
@@ -389,6 +403,9 @@ def print_grid(run: RunResult) -> None:
         table.add_row(escape(row), *rendered)
     console.print(table)
     console.print("   " + "  ".join(f"{VERDICT_SYMBOL[v]} [{VERDICT_STYLE[v]}]{v.value}[/]" for v in Verdict))
+    for group in expected_failure_classes(run.cells):
+        style = VERDICT_STYLE[Verdict.EXPECTED_FAILURE]
+        console.print(f"   {VERDICT_SYMBOL[Verdict.EXPECTED_FAILURE]} [{style}]{group.name}[/]: {escape(group.text())}")
     for cell in sorted(run.cells, key=lambda c: c.id):
         for finding in cell.findings:
             console.print(f"   [yellow]finding[/] {escape(cell.id)}: {escape(finding)}")
