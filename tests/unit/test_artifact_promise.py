@@ -3,6 +3,7 @@ against the runtime as prepared; their classes in the promise, the prediction an
 
 import dataclasses
 import json
+import subprocess
 import zipfile
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from packaging.utils import parse_wheel_filename
 
 from harness.artifact import ArtifactFacts, RuntimeFacts, cuda_major, python_problem, unmet, wheel_tags
+from harness.cli import main
 from harness.config import CudaPolicy, load_matrix
 from harness.manifest import Manifest
 from harness.plan import Cell, PlanIdentity, make_plan
@@ -201,3 +203,35 @@ def test_the_results_schema_knows_every_class_and_refuses_others() -> None:
     assert cell["expected_class"]["enum"] == [*(c.value for c in Condition), None]
     unmet_class = cell["prediction"]["oneOf"][1]["properties"]["unmet"]["items"]["properties"]["class"]["enum"]
     assert unmet_class == [Condition.PYTHON_ABI.value, Condition.NO_CUDA.value, Condition.CUDA_MAJOR.value]
+
+
+def test_check_reads_dt_needed_and_tags_of_a_real_wheel(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    stub = tmp_path / "libcudart.so.13"  # a library whose soname the extension then names in DT_NEEDED
+    (tmp_path / "stub.c").write_text("int cudaGetDeviceCount(int* n) { *n = 0; return 0; }\n")
+    (tmp_path / "ext.c").write_text(
+        "extern int cudaGetDeviceCount(int*);\nint count(int* n) { return cudaGetDeviceCount(n); }\n"
+    )
+    subprocess.run(
+        ["cc", "-shared", "-fPIC", "-Wl,-soname,libcudart.so.13", "-o", stub, tmp_path / "stub.c"], check=True
+    )
+    library = tmp_path / "_C.abi3.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", library, tmp_path / "ext.c", stub], check=True)
+    wheel = tmp_path / ABI3
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.write(library, "cuda_ops/_C.abi3.so")
+    assert ArtifactFacts.of(wheel).cuda_majors == (("libcudart.so.13", 13),)
+
+    assert main(["check", str(wheel), "--runtimes", "2.14", "--variant", "cu128", "--python", "3.12", "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["needs"] == {"needed": ["libcudart.so.13"], "tags": ["cp39-abi3-linux_x86_64"]}
+    (prediction,) = data["predictions"]
+    assert prediction["outcome"] == "load_failed"
+    assert prediction["unmet"] == [
+        {"class": "cuda-major", "why": "needs libcudart.so.13; torch 2.14.1+cu128 ships CUDA 12"}
+    ]
+    assert main(["check", str(wheel), "--runtimes", "2.14", "--variant", "cu130", "--python", "3.8"]) == 1
+    assert "a cp39-abi3 wheel fits CPython >= 3.9 (not free-threaded); the runtime runs CPython 3.8" in (
+        capsys.readouterr().out.replace("\n", " ")
+    )
+    assert main(["check", str(wheel), "--runtimes", "2.14"]) == 0  # neither given: only symbols are checked
+    assert "needs a torch of CUDA 13: libcudart.so.13 (give --variant to check it)" in capsys.readouterr().out
