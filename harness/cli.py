@@ -7,6 +7,7 @@ import collections
 import json
 import logging
 import os
+import re
 import signal
 import sys
 from collections.abc import Sequence
@@ -19,15 +20,24 @@ from rich.markup import escape
 from rich.table import Table
 
 from harness import __version__
+from harness.artifact import Unmet
 from harness.build import BuildResult
 from harness.config import DEFAULT_MATRIX, Matrix, load_matrix, with_overrides
 from harness.envs import Env
 from harness.errors import BadInputError, ExitCode, HarnessError
 from harness.files import writable_dir
 from harness.plan import Plan, Shard, make_plan
-from harness.report import STATUS_SHORT, VERDICT_SYMBOL, CellResult, ReportError, RunResult
+from harness.report import (
+    STATUS_SHORT,
+    VERDICT_SYMBOL,
+    CellResult,
+    ReportError,
+    RunResult,
+    expected_failure_classes,
+)
 from harness.rundiff import RunDiff, compare, load_run
 from harness.shard import fan_out, measured_durations, partition, shard_plan
+from harness.status import Condition
 from harness.verdict import Verdict, promise
 from harness.versions import ApiLevel
 
@@ -278,6 +288,20 @@ def parser() -> argparse.ArgumentParser:
         metavar="LIST",
         help="releases to check: '2.10.0,2.13' or '2.10+' (default: every release in the manifest)",
     )
+    check.add_argument(
+        "--variant",
+        default=None,
+        metavar="VARIANT",
+        type=torch_variant,
+        help="the runtimes' torch wheel variant (cu128, cu130, cpu): check the CUDA its DT_NEEDED names against it",
+    )
+    check.add_argument(
+        "--python",
+        default=None,
+        metavar="X.Y",
+        type=cpython_version,
+        help="the runtimes' CPython (3.12, 3.13t): check the wheel's tags against it",
+    )
     check.add_argument("--json", action="store_true", help="machine-readable output on stdout")
 
     abi = sub.add_parser("abi-diff", help="stable exports and declarations removed, added or changed between releases")
@@ -371,7 +395,14 @@ def print_plan(plan: Plan) -> None:
     width = max((len(cell.id) for cell in plan.cells), default=0)
     for cell in plan.cells:
         p = promise(cell)
-        console.print(f"{escape(cell.id):<{width}}  {p.expected.value:<12}  [dim]{escape(p.why)}[/]")
+        console.print(
+            f"{escape(cell.id):<{width}}  {p.expected.value:<12}  {p.condition.value:<10}  [dim]{escape(p.why)}[/]"
+        )
+    console.print(
+        "[dim]the promise from the matrix alone; what each build needs of its runtime (the Python ABI of its "
+        "wheel tags, the CUDA major its libraries name) is decided after the build, against the runtime as "
+        "prepared[/]"
+    )
 
 
 def print_grid(run: RunResult) -> None:
@@ -389,6 +420,9 @@ def print_grid(run: RunResult) -> None:
         table.add_row(escape(row), *rendered)
     console.print(table)
     console.print("   " + "  ".join(f"{VERDICT_SYMBOL[v]} [{VERDICT_STYLE[v]}]{v.value}[/]" for v in Verdict))
+    for group in expected_failure_classes(run.cells):
+        style = VERDICT_STYLE[Verdict.EXPECTED_FAILURE]
+        console.print(f"   {VERDICT_SYMBOL[Verdict.EXPECTED_FAILURE]} [{style}]{group.name}[/]: {escape(group.text())}")
     for cell in sorted(run.cells, key=lambda c: c.id):
         for finding in cell.findings:
             console.print(f"   [yellow]finding[/] {escape(cell.id)}: {escape(finding)}")
@@ -620,15 +654,42 @@ def select_releases(manifest_releases: Sequence[str], spec: str | None) -> list[
     return sorted(chosen, key=Version)
 
 
+def torch_variant(text: str) -> str:
+    """--variant: a torch wheel variant as the matrix writes it (cpu, cuXYZ, rocmX.Y)."""
+    if not re.fullmatch(r"cpu|cu[0-9]{2,3}|rocm[0-9.]+", text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a torch variant such as cpu, cu128 or cu130")
+    return text
+
+
+def cpython_version(text: str) -> str:
+    """--python: a CPython version X.Y, with a t when free-threaded."""
+    if not re.fullmatch(r"3\.[0-9]+t?", text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a CPython version such as 3.12 or 3.13t")
+    return text
+
+
 def cmd_check(args: argparse.Namespace) -> int:
+    from harness.artifact import ArtifactFacts, RuntimeFacts, fits_which_python, unmet
     from harness.manifest import packaged_manifest
     from harness.predict import ArtifactImports, Predicted, predict
     from harness.symbols import read_artifact
 
     manifest = packaged_manifest()
     releases = select_releases(manifest.releases, args.runtimes)
-    imports = ArtifactImports.of(read_artifact(args.artifact))
-    predictions = [predict(imports, r, manifest.exported_by(r), manifest, full_exports=False) for r in releases]
+    objects = read_artifact(args.artifact)
+    imports, facts = ArtifactImports.of(objects), ArtifactFacts.of(args.artifact, objects)
+
+    def lacks(release: str) -> list[Unmet]:
+        """What the artifact needs of a runtime of this release besides symbols, as far as --variant and
+        --python say what the runtime is (neither given: nothing is checked)."""
+        runtime = RuntimeFacts.of(f"{release}+{args.variant}", args.variant or "", args.python or "3.11")
+        checked = {Condition.PYTHON_ABI} if args.python else set()
+        checked |= {Condition.NO_CUDA, Condition.CUDA_MAJOR} if args.variant else set()
+        return [u for u in unmet(facts, runtime) if u.condition in checked]
+
+    predictions = [
+        predict(imports, r, manifest.exported_by(r), manifest, full_exports=False, unmet=lacks(r)) for r in releases
+    ]
     loads = [p.runtime for p in predictions if p.outcome is Predicted.LOADS]
     loads_from = next(
         (
@@ -645,6 +706,7 @@ def cmd_check(args: argparse.Namespace) -> int:
                 "schema_version": 1,
                 "artifact": str(args.artifact),
                 "imports": imports.to_json(),
+                "needs": facts.to_json(),
                 "predictions": [{"runtime": p.runtime, **p.to_json()} for p in predictions],
                 "loads_from": loads_from,
             }
@@ -658,6 +720,14 @@ def cmd_check(args: argparse.Namespace) -> int:
     )
     for mangled, readable in imports.unstable.items():
         console.print(f"   [yellow]unstable[/] {escape(readable)}  [dim]{escape(mangled)}[/]")
+    if facts.cuda_libraries:
+        majors = sorted({major for _, major in facts.cuda_majors})
+        which = f"a torch of CUDA {', '.join(map(str, majors))}" if majors else "a CUDA build of torch"
+        checked = f"checked against {args.variant}" if args.variant else "give --variant to check it"
+        console.print(f"   needs {which}: {escape(', '.join(facts.cuda_libraries))} ({checked})")
+    if facts.tags:
+        checked = f"checked against CPython {args.python}" if args.python else "give --python to check it"
+        console.print(f"   its wheel tags fit {escape(fits_which_python(facts.tags))} ({checked})")
     style = {Predicted.LOADS: "green", Predicted.LOAD_FAILED: "red", Predicted.UNKNOWN: "yellow"}
     for p in predictions:
         console.print(f"   {p.runtime:<8} [{style[p.outcome]}]{p.outcome.value:<12}[/] {escape(p.summary)}")

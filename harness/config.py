@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -17,6 +18,13 @@ from harness.versions import ApiLevel, parse_release
 Device = Literal["cpu", "cuda"]
 DEFAULT_MATRIX = Path("matrix.yaml")
 DEFAULT_PYTHON = "3.11"
+
+
+class CudaPolicy(enum.StrEnum):
+    """A build's `cuda:`: on which CUDA runtimes a build that needs CUDA libraries is promised."""
+
+    SAME_MAJOR = "same-major"  # only where the runtime's torch ships the CUDA major its libraries name
+    ANY = "any"  # on every CUDA build of torch, whatever its major (it must work across majors)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +87,7 @@ class BuildSpec:
     variant: str = "auto"
     target: ApiLevel | None = None
     runtimes: tuple[Version, ...] = ()  # empty: every runtime of the matrix
+    cuda: CudaPolicy = CudaPolicy.SAME_MAJOR
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,8 +228,9 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
             problems.extend(
                 f"{doc.where(where)}: {p}" for p in prebuilt.claim_problems(ext.name, ext.wheel, torch, target, python)
             )
-        build = BuildSpec(ext, torch or Version("0"), item.get("variant", "auto"), target, tuple(only))
-        if build in builds:
+        cuda = CudaPolicy(item.get("cuda", CudaPolicy.SAME_MAJOR))
+        build = BuildSpec(ext, torch or Version("0"), item.get("variant", "auto"), target, tuple(only), cuda)
+        if any(dataclasses.replace(b, cuda=cuda) == build for b in builds):  # `cuda:` is not part of a build's id
             problems.append(f"{doc.where(where)}: duplicate build {item!r}")
         builds.append(build)
 

@@ -17,6 +17,7 @@ from typing import Any, Protocol, TypeVar
 from elftools.common.exceptions import ELFError
 
 from harness import __version__, processes
+from harness.artifact import ArtifactFacts, RuntimeFacts, unmet
 from harness.build import Builder, BuildResult
 from harness.collect import classify
 from harness.config import Matrix
@@ -33,7 +34,7 @@ from harness.run import VenvBackend
 from harness.sources import resolve_sources
 from harness.status import Status
 from harness.symbols import read_artifact
-from harness.verdict import Verdict, judge
+from harness.verdict import Promise, Verdict, judge, promise
 
 log = logging.getLogger(__name__)
 # Outcomes that would count against the extension: before one stands, what the cell ran on is checked again.
@@ -180,7 +181,9 @@ class Pipeline:
         builds = self.build_all(envs)
         run_id, run_dir = new_run_dir(self.options.reports_dir)
         builds = {build: _with_log_in(run_dir, result) for build, result in builds.items()}
-        predictions = self.predict_cells(handles, builds)
+        artifacts = self.read_artifacts(builds)
+        predictions = self.predict_cells(handles, artifacts)
+        promises = self.promises(handles, artifacts)
         self.observer.stage("run", f"{len(cells)} cell(s), {self.options.jobs} at a time, timeout {self.timeout:.0f} s")
         threads = max(1, (os.cpu_count() or 1) // self.options.jobs)
         results: dict[str, CellResult] = {}
@@ -188,7 +191,14 @@ class Pipeline:
 
         def one(cell: Cell, attempt: int = 1) -> CellResult:
             return self.run_cell(
-                cell, handles[cell.runtime], builds[cell.build], run_dir, threads, predictions.get(cell.id), attempt
+                cell,
+                handles[cell.runtime],
+                builds[cell.build],
+                run_dir,
+                threads,
+                predictions.get(cell.id),
+                attempt,
+                promises[cell.id],
             )
 
         def done(result: CellResult) -> None:
@@ -217,7 +227,9 @@ class Pipeline:
         for cell in cells:
             if cell.id not in results:
                 handle = handles[cell.runtime]
-                result = self.unrun(cell, builds[cell.build], "not run: the run was interrupted", handle, run_dir)
+                result = self.unrun(
+                    cell, builds[cell.build], "not run: the run was interrupted", handle, run_dir, promises[cell.id]
+                )
                 results[cell.id] = self._record(result, run_dir / "cells" / cell.id)
         in_plan_order = tuple(results[c.id] for c in self.plan.cells)
         return self._report(run_id, run_dir, started, in_plan_order, interrupted), run_dir
@@ -254,27 +266,47 @@ class Pipeline:
         position = {runtime: index for index, runtime in enumerate(self.plan.runtimes)}
         return tuple(sorted(self.plan.cells, key=lambda cell: position[cell.runtime]))
 
-    def predict_cells(
-        self, handles: dict[Runtime, RuntimeHandle], builds: dict[Build, BuildResult]
-    ) -> dict[str, Prediction]:
-        """Every cell predicted from ELF symbols (the build's imports, the runtime's exports) before any runs.
-
-        A file that cannot be read as ELF (a damaged library) leaves its cells unpredicted, with a
-        warning; prediction is advice, and the cells still run.
-        """
-        started = time.monotonic()
-        manifest = packaged_manifest()
-        imports: dict[Build, ArtifactImports] = {}
+    def read_artifacts(self, builds: dict[Build, BuildResult]) -> dict[Build, tuple[ArtifactImports, ArtifactFacts]]:
+        """Each built wheel's ELF, read once: the torch symbols it imports (for prediction) and its DT_NEEDED
+        and tags (for the promise and prediction). A file that cannot be read as ELF (a damaged library) is
+        left out, with a warning: its cells keep the plan's promise and go unpredicted, and still run."""
+        artifacts: dict[Build, tuple[ArtifactImports, ArtifactFacts]] = {}
         for build, result in builds.items():
             if result.ok and result.wheel:
                 try:
-                    imports[build] = ArtifactImports.of(read_artifact(result.wheel))
+                    objects = read_artifact(result.wheel)
+                    artifacts[build] = (ArtifactImports.of(objects), ArtifactFacts.of(result.wheel, objects))
                 except (ELFError, OSError, HarnessError) as exc:
                     log.warning("%s: cannot read the built wheel's ELF symbols, no prediction: %s", build.id, exc)
+        return artifacts
+
+    def promises(
+        self, handles: dict[Runtime, RuntimeHandle], artifacts: dict[Build, tuple[ArtifactImports, ArtifactFacts]]
+    ) -> dict[str, Promise]:
+        """Every cell's promise, now that its artifact and runtime are known: the plan's (torch ABI) after what
+        the artifact needs of the runtime (Python ABI, CUDA major). A build that failed keeps the plan's."""
+        return {
+            cell.id: promise(
+                cell,
+                artifacts[cell.build][1] if cell.build in artifacts else None,
+                runtime_facts(cell, handles[cell.runtime]),
+            )
+            for cell in self.plan.cells
+        }
+
+    def predict_cells(
+        self,
+        handles: dict[Runtime, RuntimeHandle],
+        artifacts: dict[Build, tuple[ArtifactImports, ArtifactFacts]],
+    ) -> dict[str, Prediction]:
+        """Every cell predicted from ELF (the build's imports and DT_NEEDED, the runtime's exports, its CUDA
+        and Python) before any runs. A runtime whose libraries cannot be read leaves its cells unpredicted."""
+        started = time.monotonic()
+        manifest = packaged_manifest()
         exports: dict[Runtime, frozenset[str] | None] = {}
         predictions: dict[str, Prediction] = {}
         for cell in self.plan.cells:
-            if cell.build not in imports:
+            if cell.build not in artifacts:
                 continue
             handle = handles[cell.runtime]
             if cell.runtime not in exports:
@@ -287,7 +319,9 @@ class Pipeline:
                     exports[cell.runtime] = None
             found = exports[cell.runtime]
             if found is not None:
-                predictions[cell.id] = predict(imports[cell.build], handle.torch_version, found, manifest, True)
+                imports, facts = artifacts[cell.build]
+                lacks = unmet(facts, runtime_facts(cell, handle))
+                predictions[cell.id] = predict(imports, handle.torch_version, found, manifest, True, lacks)
         failing = sum(p.outcome is Predicted.LOAD_FAILED for p in predictions.values())
         self.observer.stage(
             "predict",
@@ -305,6 +339,7 @@ class Pipeline:
         threads: int,
         prediction: Prediction | None = None,
         attempt: int = 1,
+        expectation: Promise | None = None,
     ) -> CellResult:
         """One cell, whatever happens: a fault of the harness on this cell makes it ERROR, and the run goes on.
         A cell run again (--rerun-broken) writes attempt K into attempt-K/<id>/: as deep as cells/<id>/, so
@@ -312,13 +347,18 @@ class Pipeline:
         out = run_dir / ("cells" if attempt == 1 else f"attempt-{attempt}") / cell.id
         try:
             out.mkdir(parents=True, exist_ok=True)
-            result = self._run_cell(cell, runtime, build, out, run_dir, threads, prediction)
+            result = self._run_cell(cell, runtime, build, out, run_dir, threads, prediction, expectation)
         except processes.Interrupted:
-            result = self.unrun(cell, build, "not run: the run was interrupted", runtime, run_dir)
+            result = self.unrun(cell, build, "not run: the run was interrupted", runtime, run_dir, expectation)
         except Exception as exc:  # never let one cell's fault of the harness lose the run
             log.warning("%s: the harness failed on this cell", cell.id, exc_info=True)
             result = self.unrun(
-                cell, build, f"the harness failed on this cell: {type(exc).__name__}: {exc}", runtime, run_dir
+                cell,
+                build,
+                f"the harness failed on this cell: {type(exc).__name__}: {exc}",
+                runtime,
+                run_dir,
+                expectation,
             )
         return self._record(result, out)
 
@@ -350,10 +390,11 @@ class Pipeline:
         run_dir: Path,
         threads: int,
         prediction: Prediction | None,
+        expectation: Promise | None,
     ) -> CellResult:
         if not build.ok:
             status = Status.ERROR if build.infrastructure else Status.BUILD_FAILED
-            return self.unrun(cell, build, build.reason, runtime, run_dir, status=status)
+            return self.unrun(cell, build, build.reason, runtime, run_dir, expectation, status=status)
         timeout = self.cell_timeout(cell)
         designed = cell.build.extension.expect
         execution = self.backend.execute(CellRequest(cell, runtime, build, out, timeout, threads))
@@ -383,6 +424,7 @@ class Pipeline:
             outcome.reason,
             runtime_torch=probe.torch_version or runtime.torch_version,
             runtime_variant=runtime.variant,
+            expectation=expectation,
             tests=outcome.tests,
             failing_tests=outcome.failing,
             missing_symbol=outcome.missing_symbol,
@@ -443,6 +485,7 @@ class Pipeline:
         reason: str,
         runtime: RuntimeHandle,
         run_dir: Path,
+        expectation: Promise | None = None,
         status: Status = Status.ERROR,
     ) -> CellResult:
         """A cell that did not run: its build failed, or the run was interrupted first."""
@@ -452,6 +495,7 @@ class Pipeline:
             reason,
             runtime_torch=runtime.torch_version,
             runtime_variant=runtime.variant,
+            expectation=expectation,
             durations={"build": build.seconds},
             logs=relative_logs([("build", build.log)], run_dir),
         )
@@ -461,6 +505,11 @@ class Pipeline:
     ) -> CellResult:
         """A cell's result: its identity, what happened, and the promise it is judged against."""
         return CellResult.judged(cell, status, reason, self.backend.name, runtime_torch, runtime_variant, **details)
+
+
+def runtime_facts(cell: Cell, handle: RuntimeHandle) -> RuntimeFacts:
+    """What the cell's runtime provides an artifact: its torch and CUDA as prepared, and its Python."""
+    return RuntimeFacts.of(handle.torch_version, handle.variant, cell.runtime.python)
 
 
 def _with_log_in(run_dir: Path, result: BuildResult) -> BuildResult:

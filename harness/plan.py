@@ -11,7 +11,7 @@ from typing import Any
 
 from packaging.version import Version
 
-from harness.config import BuildSpec, Device, Extension, Matrix, RuntimeSpec
+from harness.config import BuildSpec, CudaPolicy, Device, Extension, Matrix, RuntimeSpec
 from harness.errors import SelectionError
 from harness.schema import did_you_mean
 from harness.versions import ApiLevel
@@ -25,10 +25,11 @@ class Build:
     target: ApiLevel | None
     python: str
     only_on: tuple[Version, ...] = ()  # runtime releases this build runs on; empty: all
+    cuda: CudaPolicy = CudaPolicy.SAME_MAJOR  # where a build needing CUDA is promised (not part of the id)
 
     @classmethod
     def of(cls, spec: BuildSpec, python: str) -> Build:
-        return cls(spec.extension, spec.torch, spec.variant, spec.target, python, spec.runtimes)
+        return cls(spec.extension, spec.torch, spec.variant, spec.target, python, spec.runtimes, spec.cuda)
 
     def runs_on(self, runtime: Runtime) -> bool:
         return not self.only_on or runtime.torch in self.only_on

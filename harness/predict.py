@@ -1,4 +1,5 @@
-"""Predict whether an artifact loads on a runtime, from symbols alone, naming every missing symbol."""
+"""Predict whether an artifact loads on a runtime, from its ELF alone: every missing symbol, and what
+else it needs that the runtime lacks (its wheel's Python ABI, the CUDA its DT_NEEDED names)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 from packaging.version import Version
 
+from harness.artifact import Unmet
 from harness.manifest import Manifest
 from harness.symbols import SharedObject, SymbolKind, classify, demangle, system_floor
 
@@ -72,13 +74,15 @@ class Prediction:
     outcome: Predicted
     missing: tuple[MissingSymbol, ...]
     unstable: int  # unstable C++ imports (a risk even when present)
+    unmet: tuple[Unmet, ...] = ()  # what it needs besides symbols that the runtime lacks (Python ABI, CUDA)
 
     @property
     def summary(self) -> str:
         if self.outcome is Predicted.LOAD_FAILED:
             shown = ", ".join(m.describe() for m in self.missing[:3])
             more = f" (+{len(self.missing) - 3} more)" if len(self.missing) > 3 else ""
-            return f"missing {shown}{more}"
+            symbols = [f"missing {shown}{more}"] if self.missing else []
+            return "; ".join([*(u.why for u in self.unmet), *symbols])
         if self.outcome is Predicted.UNKNOWN:
             return f"{self.unstable} unstable C++ symbol(s): only a runtime's full exports can tell"
         return "every torch symbol it imports is exported" + (
@@ -90,6 +94,7 @@ class Prediction:
             "outcome": self.outcome.value,
             "missing": [{"name": m.readable, "kind": m.kind.value, "introduced": m.introduced} for m in self.missing],
             "unstable": self.unstable,
+            "unmet": [u.to_json() for u in self.unmet],
         }
 
 
@@ -114,9 +119,15 @@ def findings(
 
 
 def predict(
-    imports: ArtifactImports, runtime: str, exports: Iterable[str], manifest: Manifest, full_exports: bool
+    imports: ArtifactImports,
+    runtime: str,
+    exports: Iterable[str],
+    manifest: Manifest,
+    full_exports: bool,
+    unmet: Sequence[Unmet] = (),
 ) -> Prediction:
-    """exports: what the runtime's torch libraries export (all of it when full_exports, else the stable shims)."""
+    """exports: what the runtime's torch libraries export (all of it when full_exports, else the stable shims);
+    unmet: what else the artifact needs that the runtime lacks (artifact.unmet): it will not load either."""
     provided = frozenset(exports)
     missing = [
         MissingSymbol(name, name, SymbolKind.STABLE, manifest[name].first_exported if name in manifest else None)
@@ -127,10 +138,10 @@ def predict(
             MissingSymbol(n, r, SymbolKind.UNSTABLE, None) for n, r in imports.unstable.items() if n not in provided
         ]
     missing.sort(key=lambda m: (Version(m.introduced) if m.introduced else Version("999"), m.name), reverse=True)
-    if missing:
+    if missing or unmet:
         outcome = Predicted.LOAD_FAILED
     elif imports.unstable and not full_exports:
         outcome = Predicted.UNKNOWN
     else:
         outcome = Predicted.LOADS
-    return Prediction(runtime, outcome, tuple(missing), len(imports.unstable))
+    return Prediction(runtime, outcome, tuple(missing), len(imports.unstable), tuple(unmet))

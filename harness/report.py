@@ -8,17 +8,18 @@ import re
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from harness.collect import CaseCounts, DocDifference
 from harness.errors import ExitCode, InfrastructureError
 from harness.files import write_atomic
 from harness.plan import Cell, PlanIdentity
-from harness.status import Status
-from harness.verdict import KEEPS_PROMISE, Expected, Verdict, judge, promise
+from harness.status import CONDITION_MEANING, Condition, Status
+from harness.verdict import KEEPS_PROMISE, Expected, Promise, Verdict, judge, promise
 
 # 2: each cell has its static prediction and findings; 3: and its doc_differences; 4: the run's plan identity
-# (digest, every cell of the plan, the shard), each cell's attempts (--rerun-broken), the flaky verdict.
+# (digest, every cell of the plan, the shard), each cell's attempts (--rerun-broken), the flaky verdict,
+# each cell's expected_class (the condition that decided its promise) and its prediction's unmet conditions.
 RESULTS_SCHEMA_VERSION = 4
 
 VERDICT_SYMBOL = {
@@ -33,10 +34,7 @@ VERDICT_SYMBOL = {
 VERDICT_MEANING = {
     Verdict.KEPT: "promised to pass, and passed",
     Verdict.BROKEN: "**promise broken**: promised to pass, and did not",
-    Verdict.EXPECTED_FAILURE: (
-        "failed where that is expected (target newer than the build or runtime torch, "
-        "an extension off the stable ABI, or a negative control failing as designed)"
-    ),
+    Verdict.EXPECTED_FAILURE: "failed where that is expected (by class below)",
     Verdict.UNEXPECTED_PASS: "passed where nothing was promised (reported, not failed)",
     Verdict.SKIPPED: "not run (reason given)",
     Verdict.ERROR: "the harness or its infrastructure failed; says nothing about the extension",
@@ -105,6 +103,7 @@ class CellResult:
     expected: Expected
     expected_why: str
     verdict: Verdict
+    expected_class: Condition | None = None  # the condition that decided the promise; None in results before it
     tests: CaseCounts = dataclasses.field(default_factory=CaseCounts)
     failing_tests: tuple[str, ...] = ()
     missing_symbol: str | None = None
@@ -125,10 +124,12 @@ class CellResult:
         backend: str,
         runtime_torch: str,
         runtime_variant: str,
+        expectation: Promise | None = None,
         **details: Any,
     ) -> CellResult:
-        """A cell's result: its identity, what happened, and the promise it is judged against."""
-        expectation = promise(cell)
+        """A cell's result: its identity, what happened, and the promise it is judged against (expectation:
+        the promise decided from the built artifact; else the plan's, from the matrix alone)."""
+        expectation = expectation or promise(cell)
         return cls(
             id=cell.id,
             build_id=cell.build.id,
@@ -146,6 +147,7 @@ class CellResult:
             expected=expectation.expected,
             expected_why=expectation.why,
             verdict=judge(expectation.expected, status),
+            expected_class=expectation.condition,
             **details,
         )
 
@@ -178,6 +180,7 @@ class CellResult:
             "reason": self.reason,
             "expected": self.expected.value,
             "expected_why": self.expected_why,
+            "expected_class": self.expected_class.value if self.expected_class else None,
             "verdict": self.verdict.value,
             "tests": dataclasses.asdict(self.tests),
             "failing_tests": list(self.failing_tests),
@@ -211,6 +214,7 @@ class CellResult:
             expected=Expected(data["expected"]),
             expected_why=data["expected_why"],
             verdict=Verdict(data["verdict"]),
+            expected_class=Condition(data["expected_class"]) if data.get("expected_class") else None,  # from 4
             tests=CaseCounts(**data["tests"]),
             failing_tests=tuple(data["failing_tests"]),
             missing_symbol=data["missing_symbol"],
@@ -341,6 +345,12 @@ def summary_markdown(run: RunResult) -> str:
         "or a prebuilt wheel's imports contradict what the matrix claims for it",
         "",
     ]
+    groups = expected_failure_classes(run.cells)
+    if groups:
+        lines += ["Expected failures, by the condition that expects them:", ""]
+        for group in groups:
+            lines.append(f"- {VERDICT_SYMBOL[Verdict.EXPECTED_FAILURE]} {group.markdown()}")
+        lines.append("")
     findings = [c for c in sorted(run.cells, key=lambda c: c.id) if c.findings]
     predicted = sum(1 for c in run.cells if c.prediction is not None)
     verdict_line = f"{len(findings)} have findings:" if findings else "every prediction matched the outcome."
@@ -361,11 +371,54 @@ def summary_markdown(run: RunResult) -> str:
         for cell in explained:
             lines.append(
                 f"- {VERDICT_SYMBOL[cell.verdict]} `{cell.id}`: **{cell.status.value}** ({cell.verdict.value}): "
-                f"{cell.reason} (expected {cell.expected.value}: {cell.expected_why})"
+                f"{cell.reason} (expected {cell.expected.value}{_class_of(cell)}: {cell.expected_why})"
             )
             lines += [f"  - {a.line(n)}" for n, a in enumerate(cell.attempts, 1)]
         lines.append("")
     return "\n".join(lines)
+
+
+def _class_of(cell: CellResult) -> str:
+    return f" [{cell.expected_class.value}]" if cell.expected_class else ""
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassGroup:
+    """The expected failures of one class in a run: how many, what the class means, and their distinct reasons."""
+
+    condition: Condition | None  # None: results written before classes existed
+    cells: int
+    whys: tuple[str, ...]
+
+    EXAMPLES: ClassVar[int] = 3
+
+    @property
+    def name(self) -> str:
+        return self.condition.value if self.condition else "unclassified"
+
+    def text(self) -> str:
+        meaning = CONDITION_MEANING[self.condition] if self.condition else "results written before classes existed"
+        shown = "; ".join(self.whys[: self.EXAMPLES]) + (
+            f" (+{len(self.whys) - self.EXAMPLES} more)" if len(self.whys) > self.EXAMPLES else ""
+        )
+        return f"{meaning} ({self.cells} cell(s): {shown})"
+
+    def markdown(self) -> str:
+        return f"**{self.name}**: {self.text()}"
+
+
+def expected_failure_classes(cells: Sequence[CellResult]) -> list[ClassGroup]:
+    """The run's expected failures grouped by the condition that expects them, in Condition's order."""
+    by_class: dict[Condition | None, list[CellResult]] = {}
+    for cell in cells:
+        if cell.verdict is Verdict.EXPECTED_FAILURE:
+            by_class.setdefault(cell.expected_class, []).append(cell)
+    order = [*Condition, None]
+    return [
+        ClassGroup(key, len(found), tuple(sorted({c.expected_why for c in found})))
+        for key in sorted(by_class, key=order.index)
+        for found in [by_class[key]]
+    ]
 
 
 def doc_differences_markdown(cells: Sequence[CellResult]) -> list[str]:
@@ -431,7 +484,7 @@ def junit_xml(run: RunResult) -> str:
             ET.SubElement(case, "error", message=message, type=cell.status.value)
         elif cell.verdict in (Verdict.SKIPPED, Verdict.EXPECTED_FAILURE):
             skipped += 1
-            prefix = "expected failure: " if cell.verdict is Verdict.EXPECTED_FAILURE else ""
+            prefix = f"expected failure{_class_of(cell)}: " if cell.verdict is Verdict.EXPECTED_FAILURE else ""
             ET.SubElement(case, "skipped", message=prefix + message)
         ET.SubElement(case, "system-out").text = f"{cell.verdict.value}: {message}"
     suite.set("failures", str(failures))

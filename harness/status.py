@@ -16,3 +16,31 @@ class Status(enum.StrEnum):
     TIMEOUT = "TIMEOUT"
     SKIPPED = "SKIPPED"
     ERROR = "ERROR"  # the harness or its infrastructure failed; says nothing about the extension
+
+
+class Condition(enum.StrEnum):
+    """Which condition of the promise decided a cell's expectation (README, "The promise").
+
+    torch-abi, build, unstable and control come from the matrix (known at plan time); python-abi,
+    no-cuda and cuda-major from the built artifact (its wheel tags and DT_NEEDED) against the
+    runtime as prepared, so they are decided after the build.
+    """
+
+    TORCH_ABI = "torch-abi"  # T <= min(B, R) promised; T > R: the load fails (undefined symbol)
+    BUILD = "build"  # T > B: the headers cannot provide the target
+    UNSTABLE = "unstable"  # off the stable ABI: promised only on the torch it was built with
+    CONTROL = "control"  # a negative control, built to end CRASHED / TIMEOUT / TEST_FAILED
+    PYTHON_ABI = "python-abi"  # the wheel's tags do not fit the runtime's CPython
+    NO_CUDA = "no-cuda"  # it needs CUDA (libtorch_cuda.so, libcudart.so.N...); the runtime's torch has none
+    CUDA_MAJOR = "cuda-major"  # it needs libcudart.so.N (or another CUDA-major library) of another major
+
+
+CONDITION_MEANING = {
+    Condition.TORCH_ABI: "the stable-ABI promise: target T <= min(build B, runtime R) passes, T > R fails to load",
+    Condition.BUILD: "the target is newer than the build torch: the headers cannot provide it",
+    Condition.UNSTABLE: "an extension off the stable ABI: promised only on the torch it was built with",
+    Condition.CONTROL: "a negative control, built to fail this way wherever it loads",
+    Condition.PYTHON_ABI: "the wheel's tags fit no tag of the runtime's CPython",
+    Condition.NO_CUDA: "the build needs CUDA libraries; the runtime's torch is a build without CUDA",
+    Condition.CUDA_MAJOR: "the build needs a CUDA major the runtime's torch does not ship",
+}

@@ -5,8 +5,10 @@ from __future__ import annotations
 import dataclasses
 import enum
 
+from harness.artifact import ArtifactFacts, RuntimeFacts, unmet
+from harness.config import CudaPolicy
 from harness.plan import Cell
-from harness.status import Status
+from harness.status import Condition, Status
 from harness.versions import ApiLevel
 
 
@@ -41,27 +43,39 @@ KEEPS_PROMISE = frozenset({Verdict.KEPT, Verdict.EXPECTED_FAILURE})  # a retry e
 class Promise:
     expected: Expected
     why: str
+    condition: Condition  # which condition decided it: the class an expected failure is grouped by
 
 
-def promise(cell: Cell) -> Promise:
-    """T <= min(B, R): pass; T > B: the build fails; T > R: the load fails."""
-    build, runtime = cell.build, cell.runtime
+def promise(cell: Cell, artifact: ArtifactFacts | None = None, runtime: RuntimeFacts | None = None) -> Promise:
+    """What the cell should do. From the matrix alone (the plan, before anything is built): T <= min(B, R)
+    passes, T > B fails to build, T > R fails to load. With the built artifact and the runtime as
+    prepared, first what the artifact needs besides torch's symbols: the wheel's Python ABI and the
+    CUDA major its libraries name; a load failure is expected where the runtime lacks one."""
+    build, run = cell.build, cell.runtime
+    if artifact is not None and runtime is not None:
+        for problem in unmet(artifact, runtime, any_cuda_major=build.cuda is CudaPolicy.ANY)[:1]:
+            return Promise(Expected.LOAD_FAILED, problem.why, problem.condition)
     target = build.effective_target
-    b_level, r_level = ApiLevel.of(build.torch), ApiLevel.of(runtime.torch)
+    b_level, r_level = ApiLevel.of(build.torch), ApiLevel.of(run.torch)
     if not build.extension.stable:
-        if build.torch == runtime.torch:
-            return Promise(Expected.PASS, "unstable C++ API, run on the torch it was built with")
-        return Promise(Expected.NONE, "unstable C++ API: nothing is promised across releases")
+        if build.torch == run.torch:
+            return Promise(Expected.PASS, "unstable C++ API, run on the torch it was built with", Condition.UNSTABLE)
+        return Promise(Expected.NONE, "unstable C++ API: nothing is promised across releases", Condition.UNSTABLE)
     if target > b_level:
-        return Promise(Expected.BUILD_FAILED, f"target {target} is newer than the build torch {b_level}")
+        return Promise(
+            Expected.BUILD_FAILED, f"target {target} is newer than the build torch {b_level}", Condition.BUILD
+        )
     if target > r_level:
-        return Promise(Expected.LOAD_FAILED, f"target {target} is newer than the runtime torch {r_level}")
+        return Promise(
+            Expected.LOAD_FAILED, f"target {target} is newer than the runtime torch {r_level}", Condition.TORCH_ABI
+        )
     if build.extension.expect:
         return Promise(
             Expected(build.extension.expect.lower()),
             f"negative control: built to end {build.extension.expect} wherever it loads",
+            Condition.CONTROL,
         )
-    return Promise(Expected.PASS, f"target {target} <= min(build {b_level}, runtime {r_level})")
+    return Promise(Expected.PASS, f"target {target} <= min(build {b_level}, runtime {r_level})", Condition.TORCH_ABI)
 
 
 _FAILURES = {Status.TEST_FAILED, Status.LOAD_FAILED, Status.BUILD_FAILED, Status.CRASHED, Status.TIMEOUT}

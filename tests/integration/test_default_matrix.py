@@ -22,16 +22,21 @@ NEGATIVE_CONTROL_SYMBOL = {
 def test_default_matrix_keeps_every_promise_then_reuses_everything(repo: Path, tmp_path: Path) -> None:
     first = harness("run", "--matrix", repo / "matrix.yaml", "--reports-dir", tmp_path / "reports", cwd=tmp_path)
     assert first.returncode == 0, first.stdout
-    assert "77 cells selected" in first.stdout
+    assert "85 cells selected" in first.stdout
     results = latest_results(tmp_path / "reports")
     cells = cells_by_id(results)
     plan = make_plan(load_matrix(repo / "matrix.yaml"))
     assert set(cells) == {c.id for c in plan.cells}
 
+    # cuda_ops (libcudart.so.13) on the cu128 runtimes: a host whose own loader has a CUDA 13 libcudart
+    # (the toolkit that builds it) lends it to the cell, which then passes: an unexpected pass.
+    host_cuda = {f"cuda_ops@b2.14.1-t2.10~r{r}-cpu" for r in ("2.9.1", "2.10.0")}
     for cell in plan.cells:
         got = cells[cell.id]
-        expected = promise(cell).expected.value
-        if expected in ("none", "crashed", "timeout"):
+        expected = got["expected"]  # decided after the build: the plan's, or an artifact condition's
+        if got["expected_class"] in ("no-cuda", "cuda-major"):
+            assert promise(cell).expected.value != expected or cell.id in host_cuda, got
+        if expected in ("none", "crashed", "timeout") or (cell.id in host_cuda and got["status"] == "PASS"):
             continue  # the classic extension and the negative controls: checked below
         if expected == "pass":
             assert (got["status"], got["verdict"]) == ("PASS", "kept"), got
@@ -39,8 +44,8 @@ def test_default_matrix_keeps_every_promise_then_reuses_everything(repo: Path, t
         else:
             assert (got["status"], got["verdict"]) == ("LOAD_FAILED", "expected_failure"), got
     classic_on_2_12 = "classic_ops@b2.13.0~r2.12.1-cpu"
-    for got in cells.values():  # the static prediction agrees with every outcome but one
-        if got["id"] == classic_on_2_12:
+    for got in cells.values():  # the static prediction agrees with every outcome but one (and the host's CUDA)
+        if got["id"] == classic_on_2_12 or (got["id"] in host_cuda and got["status"] == "PASS"):
             continue
         assert got["findings"] == [], got
         assert got["prediction"]["outcome"] == ("load_failed" if got["status"] == "LOAD_FAILED" else "loads")
@@ -78,11 +83,12 @@ def test_default_matrix_keeps_every_promise_then_reuses_everything(repo: Path, t
         ("2.14", "2.13.0", "torch_tensor_from_pyobject"),
     ]:
         assert cells[f"stable_basic@b2.15.0-t{target}~r{older}-cpu"]["missing_symbol"] == symbol
+    lent = sum(cells[i]["status"] == "PASS" for i in host_cuda)  # cuda_ops t2.10 on 2.10.0 where the host lends
     assert results["summary"] == {
         "kept": 42,  # 6 of them cuda_ops: its cpu cases pass, its cuda cases skip without a GPU
         "broken": 0,
-        "expected_failure": 33,
-        "unexpected_pass": 2,
+        "expected_failure": 41 - lent,  # 8 of cuda_ops: no-cuda on 2.13.0+cpu, cuda-major or T > R elsewhere
+        "unexpected_pass": 2 + lent,
         "skipped": 0,
         "error": 0,
         "flaky": 0,
@@ -92,4 +98,4 @@ def test_default_matrix_keeps_every_promise_then_reuses_everything(repo: Path, t
         "run", "--matrix", repo / "matrix.yaml", "--reports-dir", tmp_path / "reports", "-k", "r2.10.0", cwd=tmp_path
     )
     assert second.returncode == 0, second.stdout
-    assert "created" not in second.stdout and second.stdout.count("(cached)") == 10, second.stdout
+    assert "created" not in second.stdout and second.stdout.count("(cached)") == 12, second.stdout

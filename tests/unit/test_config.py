@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import load_matrix
+from harness.config import CudaPolicy, load_matrix
 from harness.errors import ConfigError
 from harness.versions import ApiLevel
 
@@ -66,7 +66,7 @@ def test_unknown_key_names_line_path_allowed_keys_and_close_match(tmp_path: Path
     found = problems(write_matrix(tmp_path, GOOD.replace('target: "2.10"', 'targt: "2.10"')))
     assert len(found) == 1
     assert found[0].startswith(
-        "line 9: builds[0].targt: unknown key 'targt'; allowed: extension, runtimes, target, torch, variant"
+        "line 9: builds[0].targt: unknown key 'targt'; allowed: cuda, extension, runtimes, target, torch, variant"
     )
     assert found[0].endswith("did you mean 'target'?")
 
@@ -179,3 +179,21 @@ def test_nesting_too_deep_for_a_recursive_reader_is_refused(tmp_path: Path) -> N
 def test_nesting_deeper_than_any_matrix_is_refused_with_its_line(tmp_path: Path) -> None:
     found = problems(write_matrix(tmp_path, "schema_version: 1\na: " + "[" * 200 + "]" * 200 + "\n"))
     assert found == ["line 2: nested more than 64 levels deep: refused"]
+
+
+def test_a_build_declares_it_works_across_cuda_majors(tmp_path: Path) -> None:
+    assert load_matrix(write_matrix(tmp_path / "default", GOOD)).builds[0].cuda is CudaPolicy.SAME_MAJOR
+    matrix = load_matrix(write_matrix(tmp_path / "any", GOOD + "    cuda: any\n"))
+    assert matrix.builds[0].cuda is CudaPolicy.ANY
+
+
+def test_a_bad_cuda_policy_names_the_allowed_values_and_a_close_match(tmp_path: Path) -> None:
+    assert problems(write_matrix(tmp_path, GOOD + "    cuda: anyy\n")) == [
+        "line 10: builds[0].cuda: 'anyy' is not allowed; allowed: same-major, any; did you mean 'any'?"
+    ]
+
+
+def test_builds_that_differ_only_in_their_cuda_policy_are_duplicates(tmp_path: Path) -> None:
+    body = GOOD + "  - {extension: demo, torch: 2.13.0, target: '2.10', cuda: any}\n"
+    found = problems(write_matrix(tmp_path, body))
+    assert len(found) == 1 and found[0].startswith("line 10: builds[1]: duplicate build")
