@@ -112,9 +112,9 @@ def naive_setup_seconds(plan: Plan, matrix: Matrix, cache: Path, sources: Resolv
     PyTorch's own cross-version CI job pays per cell before its tests run."""
     builder = Builder(cache, matrix.settings.build_timeout)
     envs = EnvManager(cache, sources)
-    cells = [c for c in plan.cells if c.build.extension.recipe != "wheel"][:: max(1, len(plan.cells) // sample)][
-        :sample
-    ]
+    built = [c for c in plan.cells if c.build.extension.recipe != "wheel"]
+    step = max(1, len(built) // sample)
+    cells = [built[(k * step + k) % len(built)] for k in range(min(sample, len(built)))]  # other runtimes too
     samples = []
     for cell in cells:
         build = builder.build(cell.build, envs.ensure(env_spec(cell.build)))
