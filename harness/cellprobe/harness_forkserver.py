@@ -113,6 +113,8 @@ def _run_pytest(request: dict[str, Any]) -> int:
     rest = [p for p in sys.path[1:] if p not in pythonpath]
     sys.path[:] = [os.getcwd(), *pythonpath, *rest]  # `-m` puts the working directory first
     sys.argv = ["pytest", *request["args"]]
+    if "numpy.random" in sys.modules:  # `random` reseeds itself after a fork; numpy's global state does not
+        sys.modules["numpy.random"].seed()
     threads = os.environ.get("OMP_NUM_THREADS")
     if threads and threads.isdigit():
         import torch
@@ -139,9 +141,9 @@ def _cell(request: dict[str, Any], reply: int, stdout: int, stderr: int) -> None
     try:
         os.setsid()
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the server's death ends the cell
-        for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGPIPE):
+        for signum in (signal.SIGCHLD, signal.SIGTERM):
             signal.signal(signum, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # SIGPIPE stays ignored, as Python starts
         signal.set_wakeup_fd(-1)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
