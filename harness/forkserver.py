@@ -152,6 +152,12 @@ class Server:
                 stdout=output,
                 stderr=output,
             )
+        except BaseException as exc:  # the run is stopping (Interrupted), or the server could not be started
+            ours.close()
+            output.close()
+            if isinstance(exc, OSError):
+                raise ServerGone(f"the forkserver of {label} did not start: {exc}") from exc
+            raise
         finally:
             theirs.close()
         ready, _, _ = select.select([ours], [], [], READY_TIMEOUT)
