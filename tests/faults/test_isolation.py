@@ -86,9 +86,9 @@ def test_a_hostile_suite_changes_nothing_another_cell_uses(workspace, private_uv
     )
     builds = "".join(f"  - extension: {n}\n    torch: 2.13.0\n    target: '2.10'\n" for n in ("bystander", "hostile"))
     workspace.write_matrix(builds)
-    first = workspace.run("-j", "1")
+    first = workspace.run("-j", "1")  # cells forked by the forkserver (the default)
     cells = workspace.cells()
-    second = workspace.run("-j", "1")
+    second = workspace.run("-j", "1", "--executor", "fresh")  # the same suite in fresh interpreters
     again = workspace.cells()
     site = next((workspace.cache / "envs").glob("torch-2.13.0-*/lib/python*/site-packages"))
     damage = integrity.take(site)[0]
@@ -107,6 +107,9 @@ def test_a_hostile_suite_changes_nothing_another_cell_uses(workspace, private_uv
     assert {c["status"] for c in cells.values()} == {"PASS"}, cells
     assert hostile_cell["tests"]["passed"] == 6
     assert second.returncode == 0 and {c["status"] for c in again.values()} == {"PASS"}, second.stdout
+    assert again["hostile@b2.13.0-t2.10~r2.13.0-cpu"]["tests"]["passed"] == 6  # refused in fresh cells too
+    assert {c["executor"] for c in cells.values()} == {"forkserver"}
+    assert {c["executor"] for c in again.values()} == {"fresh"}
     assert damage == []
     assert "is damaged" not in second.stdout
 
