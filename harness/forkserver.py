@@ -138,7 +138,7 @@ class Server:
         label = f"torch {handle.torch_version}"
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # the run's directory names the server (and the cells it forks, which share its command line)
-        argv = [handle.python, "-c", SERVER, str(theirs.fileno()), str(request.out_dir.parents[1])]
+        argv = [handle.python, "-c", SERVER, str(theirs.fileno()), str(request.out_dir.parents[1]), *backend.preload]
         environ = {**host_environ(Path("/")), **interpreter_environ(request.threads, [PROBE_DIR])}
         log.info("%s: starting its forkserver", label)
         output = tempfile.TemporaryFile()  # kept in the report only if the server says anything
@@ -241,8 +241,9 @@ class ForkserverBackend(VenvBackend):
 
     executor = "forkserver"
 
-    def __init__(self) -> None:
+    def __init__(self, preload: Sequence[str] = ()) -> None:
         super().__init__()
+        self.preload = tuple(preload)  # modules each server imports after torch and pytest
         self._servers: dict[Runtime, Server | None] = {}
         self._starting: dict[Runtime, threading.Lock] = {}
         self._remaining: dict[Runtime, int] = {}
@@ -278,7 +279,8 @@ class ForkserverBackend(VenvBackend):
         view = super().view(request)
         if self._forks(request.cell):
             torch = request.runtime.torch_version
-            note = f"# forked by the forkserver of torch {torch} (torch and pytest imported once)"
+            preloaded = "".join(f", {m}" for m in self.preload)
+            note = f"# forked by the forkserver of torch {torch} (imported once: torch, pytest{preloaded})"
             view = dataclasses.replace(view, command=view.command + "\n" + note)
         return view
 

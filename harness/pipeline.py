@@ -73,7 +73,7 @@ def make_backend(
 ) -> Executor:
     """The backend cells run in; for docker, the engine is checked here, before any work."""
     if name == "venv":
-        return ForkserverBackend() if executor == "forkserver" else VenvBackend()
+        return ForkserverBackend(matrix.settings.preload) if executor == "forkserver" else VenvBackend()
     from harness.container.backend import DockerBackend  # the docker SDK only when asked for
     from harness.container.engine import connect
 

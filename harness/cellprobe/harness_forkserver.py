@@ -21,6 +21,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import faulthandler
+import importlib
 import json
 import os
 import selectors
@@ -270,12 +271,19 @@ def _shutdown(replies: dict[int, int]) -> None:
 
 
 def main() -> None:
-    """`python -c 'import harness_forkserver; harness_forkserver.main()' FD [LABEL]`: import, say so, serve.
-    LABEL (the run's directory) is only there for a person or a test to tell whose server this is."""
+    """`python -c 'import harness_forkserver; harness_forkserver.main()' FD LABEL [MODULE...]`: import
+    torch, pytest, the probe and each MODULE (one a release lacks is skipped), say so, serve. LABEL
+    (the run's directory) is only there for a person or a test to tell whose server this is."""
     control_fd = int(sys.argv[1])
     import harness_cellprobe  # noqa: F401  (with pytest and torch: imported once here, no cell pays for them)
     import pytest  # noqa: F401
     import torch
+
+    for module in sys.argv[3:]:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError:
+            pass  # not in this release: a cell that needs it fails to import it, as it would fresh
 
     os.write(control_fd, json.dumps({"ready": True, "torch": torch.__version__}).encode())
     serve(control_fd)

@@ -197,3 +197,12 @@ def test_builds_that_differ_only_in_their_cuda_policy_are_duplicates(tmp_path: P
     body = GOOD + "  - {extension: demo, torch: 2.13.0, target: '2.10', cuda: any}\n"
     found = problems(write_matrix(tmp_path, body))
     assert len(found) == 1 and found[0].startswith("line 10: builds[1]: duplicate build")
+
+
+def test_forkserver_preload_defaults_to_opchecks_machinery_and_takes_module_names(tmp_path: Path) -> None:
+    assert load_matrix(write_matrix(tmp_path, GOOD)).settings.preload == ("torch.testing._internal.optests",)
+    given = GOOD.replace("runtimes:", "settings:\n      preload: [numpy, torch.fx]\n    runtimes:")
+    assert load_matrix(write_matrix(tmp_path, given, with_extension=False)).settings.preload == ("numpy", "torch.fx")
+    bad = GOOD.replace("runtimes:", "settings:\n      preload: ['os; rm -rf /']\n    runtimes:")
+    (found,) = problems(write_matrix(tmp_path, bad, with_extension=False))
+    assert "settings.preload" in found and "os; rm -rf /" in found
