@@ -166,6 +166,7 @@ class VenvBackend(Executor):
         argv = pytest_argv(request.runtime.python, tests, out, cell_config(request, out))
         where = (
             f"# in the harness sandbox: read-only {', '.join(map(str, self.protected(request)))}; writable {out}"
+            + "".join(f"; hidden (the host's CUDA toolkit) {path}" for path in sandbox.host_cuda_dirs())
             if self.sandbox.isolated
             else f"# without the sandbox: {self.sandbox.reason}"
         )

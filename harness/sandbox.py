@@ -24,6 +24,7 @@ import dataclasses
 import functools
 import logging
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -36,13 +37,15 @@ from harness.sources import uv_binary
 
 log = logging.getLogger(__name__)
 
-# Arguments: drop|keep (ro|rw PATH)... -- COMMAND...; paths in order, so a writable one inside a read-only
-# one opens it again. `keep` runs COMMAND with its capabilities: the forkserver, which sandboxes each cell itself.
+# Arguments: drop|keep (ro|rw|hide PATH)... -- COMMAND...; paths in order, so a writable one inside a
+# read-only one opens it again; `hide` puts an empty read-only tmpfs over a directory. `keep` runs
+# COMMAND with its capabilities: the forkserver, which sandboxes each cell itself.
 INIT = """\
 caps=$1; shift
 while [ "$1" != "--" ]; do
-  mount --bind "$2" "$2" && mount -o "remount,bind,$1" "$2" ||
-    { echo "harness sandbox: cannot mount $2 $1" >&2; exit 125; }
+  if [ "$1" = hide ]; then mount -t tmpfs -o ro,size=4k,mode=555 harness-hidden "$2"
+  else mount --bind "$2" "$2" && mount -o "remount,bind,$1" "$2"
+  fi || { echo "harness sandbox: cannot mount $2 $1" >&2; exit 125; }
   shift 2
 done
 shift
@@ -97,8 +100,10 @@ class Sandbox:
 
     @staticmethod
     def mounts(protected: Sequence[Path], writable: Sequence[Path]) -> list[tuple[str, str]]:
-        """The binds a cell's sandbox makes, in order: (ro|rw, absolute path)."""
-        return [("ro", path) for path in _existing(protected)] + [("rw", path) for path in _existing(writable)]
+        """The mounts a cell's sandbox makes, in order: (ro|rw|hide, absolute path). The host's CUDA
+        toolkit libraries are hidden: a cell loads the CUDA its torch ships, or none, as in a container."""
+        hidden = [("hide", path) for path in host_cuda_dirs()]
+        return hidden + [("ro", path) for path in _existing(protected)] + [("rw", path) for path in _existing(writable)]
 
     def returncode(self, code: int) -> int:
         """The cell's own exit code: the init's 128+N is death by signal N (negative, like subprocess's)."""
@@ -131,6 +136,32 @@ def detect() -> Sandbox:
         detail = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
         return Sandbox("none", f"the kernel refused the namespaces ({detail})")
     return probe
+
+
+# CUDA toolkit libraries whose soname carries the CUDA major: on the loader's path they would stand in
+# for what a runtime's torch does not ship (a CUDA 13 build loading into torch+cu128).
+CUDA_TOOLKIT_LIBRARY = re.compile(
+    r"^lib(cudart|cublas|cublasLt|nvrtc|nvJitLink|nvblas|cupti|cufft|cusparse|curand|cusolver)\.so"
+)
+SYSTEM_LIBRARY_DIRS = {"/lib", "/lib64", "/usr/lib", "/usr/lib64", "/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu"}
+
+
+@functools.cache
+def host_cuda_dirs() -> tuple[str, ...]:
+    """Directories of the loader's cache (`ldconfig -p`) that hold a CUDA toolkit's libraries, never a
+    system library directory (the GPU driver's libcuda.so lives there and stays visible)."""
+    try:
+        listing = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    found = set()
+    for line in listing.splitlines():
+        name, _, target = line.strip().partition(" => ")
+        if target and CUDA_TOOLKIT_LIBRARY.match(name):
+            directory = os.path.realpath(os.path.dirname(target))
+            if directory not in SYSTEM_LIBRARY_DIRS and not os.path.exists(os.path.join(directory, "libc.so.6")):
+                found.add(directory)
+    return tuple(sorted(found))
 
 
 @functools.cache

@@ -66,13 +66,19 @@ def _prctl(option: int, arg: int = 0) -> int:
     return int(_libc.prctl(ctypes.c_int(option), ctypes.c_ulong(arg), zero, zero, zero))
 
 
-def _mount(source: str | None, target: str, flags: int) -> None:
+def _mount(source: str | None, target: str, flags: int, fstype: str | None = None, data: str | None = None) -> None:
     src = source.encode() if source is not None else None
-    _check(_libc.mount(src, target.encode(), None, ctypes.c_ulong(flags), None), f"mount {target}")
+    kind = fstype.encode() if fstype is not None else None
+    options = data.encode() if data is not None else None
+    _check(_libc.mount(src, target.encode(), kind, ctypes.c_ulong(flags), options), f"mount {target}")
 
 
 def _bind(path: str, mode: str) -> None:
-    """Bind path onto itself read-only or writable, keeping the flags a user namespace locks."""
+    """Bind path onto itself read-only or writable, keeping the flags a user namespace locks; or hide
+    it under an empty read-only tmpfs (mode `hide`), as the fresh sandbox's init does."""
+    if mode == "hide":
+        _mount("harness-hidden", path, MS_RDONLY, "tmpfs", "size=4k,mode=555")
+        return
     _mount(path, path, MS_BIND)
     kept = os.statvfs(path).f_flag
     flags = MS_REMOUNT | MS_BIND | sum(ms for st, ms in ST_TO_MS.items() if kept & st)

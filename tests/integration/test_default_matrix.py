@@ -27,8 +27,8 @@ def test_default_matrix_keeps_every_promise_then_reuses_everything(repo: Path, t
     plan = make_plan(load_matrix(repo / "matrix.yaml"))
     assert set(cells) == {c.id for c in plan.cells}
 
-    # cuda_ops (libcudart.so.13) on the cu128 runtimes: a host whose own loader has a CUDA 13 libcudart
-    # (the toolkit that builds it) lends it to the cell, which then passes: an unexpected pass.
+    # cuda_ops (libcudart.so.13) on the cu128 runtimes: the sandbox hides the host's CUDA 13 toolkit (the
+    # one that builds it); only where there is no sandbox can the host lend it (an unexpected pass).
     host_cuda = {f"cuda_ops@b2.14.1-t2.10~r{r}-cpu" for r in ("2.9.1", "2.10.0")}
     for cell in plan.cells:
         got = cells[cell.id]
