@@ -95,14 +95,8 @@ class ForkedCell:
         while self.pid is None and not self.ended and self.code is None:
             if not self._read(2.0):
                 break
-        if self.pid is None:
-            return
-        if grace > 0:
-            processes.kill_group(self.pid, signal.SIGTERM)
-            deadline = time.monotonic() + grace
-            while time.monotonic() < deadline and processes.group_alive(self.pid):
-                time.sleep(0.05)
-        processes.kill_group(self.pid, signal.SIGKILL)
+        if self.pid is not None:
+            processes.terminate_groups([self.pid], grace)
 
     def close(self, stdout: CappedLog, stderr: CappedLog) -> None:
         if self.pid is not None:

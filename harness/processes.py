@@ -63,13 +63,19 @@ class ProcessRegistry:
         if not groups:
             return
         log.info("stopping %d running command(s)", len(groups))
+        terminate_groups(groups, grace)
+
+
+def terminate_groups(groups: Sequence[int], grace: float) -> None:
+    """SIGTERM each process group, SIGKILL what is left after grace seconds (at once when grace is 0)."""
+    if grace > 0:
         for pgid in groups:
             kill_group(pgid, signal.SIGTERM)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and any(group_alive(g) for g in groups):
             time.sleep(0.05)
-        for pgid in groups:
-            kill_group(pgid, signal.SIGKILL)
+    for pgid in groups:
+        kill_group(pgid, signal.SIGKILL)
 
 
 def kill_group(pgid: int, sig: signal.Signals) -> None:

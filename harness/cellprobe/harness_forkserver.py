@@ -106,8 +106,10 @@ def _host_pid() -> int:
     return os.getpid()
 
 
-def _exit_code(status: int) -> int:
-    return os.waitstatus_to_exitcode(status)
+def _as_init_status(status: int) -> int:
+    """A wait status as an exit code, death by signal N as 128+N: what an init that cannot re-raise reports."""
+    code = os.waitstatus_to_exitcode(status)
+    return code if code >= 0 else 128 - code
 
 
 def _run_pytest(request: dict[str, Any]) -> int:
@@ -183,8 +185,7 @@ def _sandboxed(request: dict[str, Any], mounts: list[list[str]]) -> int:
         _bind(path, mode)
     init = os.fork()
     if init:
-        code = _exit_code(os.waitpid(init, 0)[1])
-        return code if code >= 0 else 128 - code
+        return _as_init_status(os.waitpid(init, 0)[1])
     # PID 1 of the cell's namespace: run pytest as a child, reap everything, exit with pytest's status
     status = SETUP_FAILED
     try:
@@ -203,8 +204,7 @@ def _sandboxed(request: dict[str, Any], mounts: list[list[str]]) -> int:
         while True:
             pid, raw = os.wait()
             if pid == pytest_pid:
-                code = _exit_code(raw)
-                status = code if code >= 0 else 128 - code  # PID 1 cannot re-raise a signal
+                status = _as_init_status(raw)  # PID 1 cannot re-raise a signal
                 break
     finally:
         os._exit(status)
@@ -262,7 +262,7 @@ def _reap(replies: dict[int, int]) -> None:
         if reply is None:
             continue
         try:
-            os.write(reply, json.dumps({"status": _exit_code(raw)}).encode() + b"\n")
+            os.write(reply, json.dumps({"status": os.waitstatus_to_exitcode(raw)}).encode() + b"\n")
         except OSError:
             pass  # the harness gave up on this cell
         os.close(reply)
