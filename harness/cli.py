@@ -352,7 +352,7 @@ class ConsoleObserver:
 
     def env_ready(self, env: Env) -> None:
         how = "reused" if env.reused else f"created in {env.created_seconds:.1f} s"
-        console.print(f"   env torch {env.torch_version} ({env.variant}): {how}")
+        console.print(f"   env torch {env.torch_version} ({env.variant}, python {env.spec.python}): {how}")
         if env.repaired:
             console.print(f"      [yellow]the env was damaged and was made again[/]: {escape(env.repaired)}")
 

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import itertools
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from packaging.version import Version
 
-from harness import prebuilt
+from harness import interpreters, prebuilt
 from harness.errors import ConfigError
 from harness.schema import Document, did_you_mean
 from harness.versions import ApiLevel, parse_release
@@ -81,6 +83,12 @@ class RuntimeSpec:
     variant: str = "auto"
     device: Device = "cpu"
     image: str | None = None  # docker backend: an image that already holds this release
+    python: str | None = None  # a version (3.10) or an interpreter's path; None: the matrix's python
+
+    @property
+    def key(self) -> tuple[Version, str, Device, str | None]:
+        """What makes two runtime entries the same runtime."""
+        return (self.torch, self.variant, self.device, self.python)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +99,7 @@ class BuildSpec:
     target: ApiLevel | None = None
     runtimes: tuple[Version, ...] = ()  # empty: every runtime of the matrix
     cuda: CudaPolicy = CudaPolicy.SAME_MAJOR
+    python: str | None = None  # a version (3.10) or an interpreter's path; None: the matrix's python
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,19 +193,19 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
     extensions = discover_extensions(doc, problems, failed)
 
     runtimes: list[RuntimeSpec] = []
-    for index, item in enumerate(data["runtimes"]):
-        torch = _release(doc, ("runtimes", index, "torch"), item["torch"], problems)
-        spec = RuntimeSpec(
-            torch or Version("0"), item.get("variant", "auto"), item.get("device", "cpu"), item.get("image")
-        )
-        if any((r.torch, r.variant, r.device) == (spec.torch, spec.variant, spec.device) for r in runtimes):
-            problems.append(
-                f"{doc.where(('runtimes', index))}: duplicate runtime {item!r} (torch, variant and device "
-                "make a runtime's id; two images of one release need two matrix files)"
-            )
-        runtimes.append(spec)
+    for index in range(len(data["runtimes"])):
+        for spec in expand_runtime(doc, index, problems):
+            same = [r for r in runtimes if r.key == spec.key]
+            if same:
+                problems.append(
+                    f"{doc.where(('runtimes', index))}: duplicate runtime {_describe_runtime(spec)} "
+                    "(torch, variant, python and device make a runtime's id; two images of one release need "
+                    "two matrix files)"
+                )
+            else:
+                runtimes.append(spec)
 
-    python = data.get("python", DEFAULT_PYTHON)
+    python = python_request(doc, data.get("python", DEFAULT_PYTHON)) or DEFAULT_PYTHON
     builds: list[BuildSpec] = []
     for index, item in enumerate(data["builds"]):
         where = ("builds", index)
@@ -232,7 +241,15 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
                 f"{doc.where(where)}: {p}" for p in prebuilt.claim_problems(ext.name, ext.wheel, torch, target, python)
             )
         cuda = CudaPolicy(item.get("cuda", CudaPolicy.SAME_MAJOR))
-        build = BuildSpec(ext, torch or Version("0"), item.get("variant", "auto"), target, tuple(only), cuda)
+        build = BuildSpec(
+            ext,
+            torch or Version("0"),
+            item.get("variant", "auto"),
+            target,
+            tuple(only),
+            cuda,
+            python_request(doc, item.get("python")),
+        )
         if any(dataclasses.replace(b, cuda=cuda) == build for b in builds):  # `cuda:` is not part of a build's id
             problems.append(f"{doc.where(where)}: duplicate build {item!r}")
         builds.append(build)
@@ -259,6 +276,69 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
         builds=tuple(builds),
         docker=DockerSettings(**(data.get("docker") or {})),
     )
+
+
+RUNTIME_AXES = ("torch", "variant", "python", "device")  # a runtime entry's lists expand in this order
+
+
+def expand_runtime(doc: Document, index: int, problems: list[str]) -> list[RuntimeSpec]:
+    """One runtime entry -> its runtimes: every combination of its lists (torch outermost), less `exclude:`.
+
+    ``{torch: [2.12.1, 2.15.0], python: ["3.10", "3.13"]}`` is four runtimes; an exclusion is a
+    mapping of some axes to one value each and removes every combination that agrees with it.
+    An exclusion that removes nothing is a problem (it is a typo, or the entry changed under it).
+    """
+    item: dict[str, Any] = doc.data["runtimes"][index]
+    where = ("runtimes", index)
+    axes: dict[str, list[Any]] = {}
+    for axis in RUNTIME_AXES:
+        value = item.get(axis)
+        values = value if isinstance(value, list) else [value]
+        if len(set(map(str, values))) != len(values):
+            problems.append(f"{doc.where((*where, axis))}: a value is listed twice in {values!r}")
+        axes[axis] = values
+    torches: dict[str, Version | None] = {}
+    for position, text in enumerate(axes["torch"]):
+        path = (*where, "torch", position) if isinstance(item["torch"], list) else (*where, "torch")
+        torches[text] = _release(doc, path, text, problems)
+    combos = [dict(zip(RUNTIME_AXES, values, strict=True)) for values in itertools.product(*axes.values())]
+    kept = combos
+    for position, rule in enumerate(item.get("exclude", ())):
+        rule_where = doc.where((*where, "exclude", position))
+        unknown = [f"{axis}: {rule[axis]!r}" for axis in rule if str(rule[axis]) not in map(str, axes[axis])]
+        if unknown:
+            problems.append(f"{rule_where}: {', '.join(unknown)} is not a value of this entry's lists")
+            continue
+        before = len(kept)
+        kept = [c for c in kept if any(str(c[axis]) != str(rule[axis]) for axis in rule)]
+        if len(kept) == before:
+            problems.append(f"{rule_where}: excludes nothing")
+    if item.get("image") and len(kept) > 1:
+        problems.append(f"{doc.where((*where, 'image'))}: an image holds one runtime; this entry makes {len(kept)}")
+    if combos and not kept:
+        problems.append(f"{doc.where(where)}: `exclude:` removes every runtime of this entry")
+    return [
+        RuntimeSpec(
+            torches[c["torch"]] or Version("0"),
+            c["variant"] or "auto",
+            c["device"] or "cpu",
+            item.get("image"),
+            python_request(doc, c["python"]),
+        )
+        for c in kept
+    ]
+
+
+def python_request(doc: Document, value: str | None) -> str | None:
+    """A matrix's python as the harness uses it: a version as written; a path made absolute from the matrix's folder."""
+    if value is None or not interpreters.is_path(value):
+        return value
+    return os.path.normpath(doc.path.parent.resolve() / Path(value).expanduser())
+
+
+def _describe_runtime(spec: RuntimeSpec) -> str:
+    python = f", python {spec.python}" if spec.python else ""
+    return f"torch {spec.torch} ({spec.variant}, {spec.device}{python})"
 
 
 def _release(doc: Document, path: tuple[str | int, ...], text: str, problems: list[str]) -> Version | None:
@@ -292,7 +372,7 @@ def with_overrides(
         except ValueError as exc:
             problems.append(f"--add-runtime {text!r}: {exc}")
             continue
-        if spec not in runtimes:
+        if all(r.key != spec.key for r in runtimes):
             runtimes.append(spec)
     if problems:
         raise ConfigError("command line", problems)

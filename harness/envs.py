@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import datetime
 import fcntl
+import hashlib
 import json
 import logging
 import os
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from harness import commands, integrity
+from harness import commands, integrity, interpreters
 from harness.errors import CommandError, InfrastructureError, ResolutionError
 from harness.sources import ResolvedSources, uv_binary
 
@@ -38,11 +39,13 @@ RUNNER_REQUIREMENTS = ("numpy", "setuptools>=64", "wheel", "pytest>=8")
 class EnvSpec:
     torch: Version
     variant: str
-    python: str
+    python: str  # X.Y (X.Yt: free-threaded)
+    interpreter: str | None = None  # the interpreter's path when the matrix gave one; else found by version
 
     @property
     def key(self) -> str:
-        return f"torch-{self.torch}-{self.variant}-py{self.python}"
+        own = f"-{hashlib.sha256(self.interpreter.encode()).hexdigest()[:8]}" if self.interpreter else ""
+        return f"torch-{self.torch}-{self.variant}-py{self.python}{own}"
 
     @property
     def requirement(self) -> str:
@@ -291,7 +294,8 @@ class EnvManager:
     def _install_once(self, spec: EnvSpec, path: Path) -> tuple[list[integrity.Damage], integrity.Fingerprint]:
         """venv and install, then the full hash; a damaged result is removed."""
         try:
-            commands.run([self.uv, "venv", "--quiet", "--python", spec.python, path], timeout=300)
+            base = interpreters.find(spec.interpreter or spec.python)
+            commands.run([self.uv, "venv", "--quiet", "--python", base.path, path], timeout=300)
             commands.run(
                 [
                     self.uv,

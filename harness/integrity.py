@@ -121,8 +121,14 @@ def read_records(site: Path) -> dict[str, tuple[str, int | None, str | None]]:
             path, digest, size = (*row, "", "")[:3]
             algorithm, _, value = digest.partition("=")
             sha = value if algorithm == "sha256" and value else None
+            if _is_bytecode(path):  # a .pyc a wheel ships is compiled again by the installer (--compile-bytecode):
+                sha, size = None, ""  # its content is then the installer's; fingerprinted as installed, not by RECORD
             listed[os.path.normpath(path)] = (distribution, int(size) if size.isdigit() else None, sha)
     return listed
+
+
+def _is_bytecode(path: str) -> bool:
+    return path.endswith(".pyc") and "/__pycache__/" in f"/{path}"
 
 
 def take(site: Path) -> tuple[list[Damage], Fingerprint]:

@@ -16,7 +16,7 @@ from typing import Any, Protocol, TypeVar
 
 from elftools.common.exceptions import ELFError
 
-from harness import __version__, processes
+from harness import __version__, interpreters, processes
 from harness.artifact import ArtifactFacts, RuntimeFacts, unmet
 from harness.build import Builder, BuildResult
 from harness.collect import classify
@@ -82,7 +82,7 @@ def make_backend(
 
 
 def env_spec(item: Build | Runtime) -> EnvSpec:
-    return EnvSpec(item.torch, item.variant, item.python)
+    return EnvSpec(item.torch, item.variant, item.python, item.interpreter)
 
 
 def new_run_dir(reports_dir: Path) -> tuple[str, Path]:
@@ -151,6 +151,10 @@ class Pipeline:
         runtimes = [r for r in self.plan.needed_runtimes if self.backend.needs_env(r)]
         needed: list[Build | Runtime] = [*self.plan.needed_builds, *runtimes]
         specs = list(dict.fromkeys(env_spec(x) for x in needed))
+        todo = [s for s in specs if self.envs.cached(s) is None]
+        if todo:  # every interpreter a new env needs, before any work: a missing one is bad input (exit 2)
+            found = interpreters.find_all(s.interpreter or s.python for s in todo)
+            self.observer.stage("python", ", ".join(i.describe() for i in found.values()))
         self.observer.stage("resolve", f"{len(specs)} torch environment(s)")
         self.envs.resolve(specs)
         self.observer.stage("envs", f"{len(specs)} torch environment(s) in {self.envs.root}")

@@ -11,8 +11,9 @@ from typing import Any
 
 from packaging.version import Version
 
+from harness import interpreters
 from harness.config import BuildSpec, CudaPolicy, Device, Extension, Matrix, RuntimeSpec
-from harness.errors import SelectionError
+from harness.errors import ConfigError, SelectionError
 from harness.schema import did_you_mean
 from harness.versions import ApiLevel
 
@@ -26,10 +27,16 @@ class Build:
     python: str
     only_on: tuple[Version, ...] = ()  # runtime releases this build runs on; empty: all
     cuda: CudaPolicy = CudaPolicy.SAME_MAJOR  # where a build needing CUDA is promised (not part of the id)
+    default_python: str = ""  # the matrix's python: the id names the build's own only when it differs
+    interpreter: str | None = None  # the interpreter's path when the matrix gave one, else found by version
 
     @classmethod
     def of(cls, spec: BuildSpec, python: str) -> Build:
-        return cls(spec.extension, spec.torch, spec.variant, spec.target, python, spec.runtimes, spec.cuda)
+        own, interpreter = python_of(spec.python, python)
+        default, _ = python_of(None, python)
+        return cls(
+            spec.extension, spec.torch, spec.variant, spec.target, own, spec.runtimes, spec.cuda, default, interpreter
+        )
 
     def runs_on(self, runtime: Runtime) -> bool:
         return not self.only_on or runtime.torch in self.only_on
@@ -38,7 +45,7 @@ class Build:
     def id(self) -> str:
         variant = "" if self.variant == "auto" else f"+{self.variant}"
         target = f"-t{self.target}" if self.target else ""
-        return f"{self.extension.name}@b{self.torch}{variant}{target}"
+        return f"{self.extension.name}@b{self.torch}{variant}{target}{python_suffix(self.python, self.default_python)}"
 
     @property
     def effective_target(self) -> ApiLevel:
@@ -54,15 +61,36 @@ class Runtime:
     python: str
     backend: str
     image: str | None = None  # docker backend: the runtime's own image (not part of the id)
+    default_python: str = ""  # the matrix's python: the id names the runtime's own only when it differs
+    interpreter: str | None = None  # the interpreter's path when the matrix gave one, else found by version
 
     @classmethod
     def of(cls, spec: RuntimeSpec, python: str, backend: str) -> Runtime:
-        return cls(spec.torch, spec.variant, spec.device, python, backend, spec.image if backend == "docker" else None)
+        own, interpreter = python_of(spec.python, python)
+        default, _ = python_of(None, python)
+        image = spec.image if backend == "docker" else None
+        return cls(spec.torch, spec.variant, spec.device, own, backend, image, default, interpreter)
 
     @property
     def id(self) -> str:
         variant = "" if self.variant == "auto" else f"+{self.variant}"
-        return f"r{self.torch}{variant}-{self.device}"
+        return f"r{self.torch}{variant}-{self.device}{python_suffix(self.python, self.default_python)}"
+
+
+def python_of(requested: str | None, default: str) -> tuple[str, str | None]:
+    """(X.Y, interpreter path or None) for a build's or runtime's python: a version, a path, or the default.
+
+    A path is asked its version here (ids and promises need it); a version is looked up only when
+    an environment is made (interpreters.find), so a plan needs no interpreter installed."""
+    request = requested or default
+    if interpreters.is_path(request):  # the request as written, relative to the cwd of the run
+        return interpreters.find(request).minor, request
+    return request, None
+
+
+def python_suffix(python: str, default: str) -> str:
+    """'-py3.10' in an id when its python is not the matrix's (ids of default-python cells never change)."""
+    return "" if not default or python == default else f"-py{python}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,9 +196,23 @@ def selector_pattern(selector: str) -> str:
     return f"*{selector}*"
 
 
+def _check_unique(kind: str, ids: Sequence[str], matrix: Matrix) -> None:
+    twice = sorted({i for i in ids if ids.count(i) > 1})
+    if twice:
+        raise ConfigError(
+            matrix.path,
+            [
+                f"two {kind}s have the id {i!r} (interpreters given as paths run the same Python version?)"
+                for i in twice
+            ],
+        )
+
+
 def make_plan(matrix: Matrix, selectors: Sequence[str] = (), backend: str = "venv") -> Plan:
     builds = tuple(Build.of(spec, matrix.python) for spec in matrix.builds)
     runtimes = tuple(Runtime.of(spec, matrix.python, backend) for spec in matrix.runtimes)
+    _check_unique("runtime", [r.id for r in runtimes], matrix)
+    _check_unique("build", [b.id for b in builds], matrix)
     every = [Cell(b, r) for b in builds for r in runtimes if b.runs_on(r)]
     cells = every
     if selectors:

@@ -168,8 +168,10 @@ class Document:
         elif error.validator == "required":
             missing = error.message.split("'")[1] if "'" in error.message else error.message
             yield f"{self.where(path)}: missing required key {missing!r}"
-        elif error.validator == "enum":
-            allowed = [str(v) for v in schema.get("enum", [])]
+        elif error.validator == "enum" or (
+            error.validator == "anyOf" and _enum_of(schema) and not isinstance(value, list)
+        ):
+            allowed = [str(v) for v in schema.get("enum", _enum_of(schema))]
             yield (
                 f"{self.where(path)}: {value!r} is not allowed; allowed: {', '.join(allowed)}"
                 f"{did_you_mean(str(value), allowed)}"
@@ -184,6 +186,11 @@ class Document:
             yield f"{self.where(path)}: {value!r} should be of type {error.validator_value}"
         else:
             yield f"{self.where(path)}: {error.message}"
+
+
+def _enum_of(schema: dict[str, Any]) -> list[Any]:
+    """The allowed values of a one-or-a-list field (anyOf: an enum, or an array of it)."""
+    return next((branch["enum"] for branch in schema.get("anyOf", ()) if "enum" in branch), [])
 
 
 def _types(schema: dict[str, Any]) -> list[str]:

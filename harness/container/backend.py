@@ -27,11 +27,12 @@ import requests.exceptions
 from docker.models.containers import Container
 from docker.types import DeviceRequest, LogConfig, Mount, Ulimit
 
+from harness import interpreters
 from harness.config import DockerSettings
 from harness.container import images
 from harness.container.engine import LABEL, Engine, EngineError
 from harness.envs import Env
-from harness.errors import BadInputError
+from harness.errors import BadInputError, HarnessError
 from harness.execute import CappedLog, CellDecided, CellRequest, CellView, Executor, RuntimeHandle
 from harness.plan import Cell, Runtime
 from harness.run import PROBE_DIR, cell_config, cell_environ, pytest_argv
@@ -72,10 +73,12 @@ class DockerBackend(Executor):
     def prepare(self, runtimes: Mapping[Runtime, Env | None]) -> dict[Runtime, RuntimeHandle]:
         """Every runtime's image ready (made, baked or pulled) before the first cell starts."""
         remove_stale_containers(self.engine, self.keep_containers)
-        base = ""
+        base = base_python = ""
         if any(r.image is None for r in runtimes):
             base = images.ensure_base(self.engine, self.cache_dir, self.options.base_image, self.options.debian_mirror)
-            check_python(self.engine, base, {env.spec.python for env in runtimes.values() if env is not None})
+            base_python = python_of_image(self.engine, base)
+            if self.options.route == "baked":
+                check_python(base, base_python, {env.spec.python for env in runtimes.values() if env is not None})
         handles = {}
         for runtime, env in runtimes.items():
             started = time.monotonic()
@@ -88,8 +91,10 @@ class DockerBackend(Executor):
                 assert env is not None, "a runtime without an image of its own is held by a host env"
                 if self.options.route == "baked":
                     image = images.ensure_baked(self.engine, base, env, self.sources, self.cache_dir)
-                else:
+                elif env.spec.python == base_python:
                     image = images.RuntimeImage(base, "mounted", "python3", env, None)
+                else:
+                    image = host_python_image(self.engine, base, base_python, env, runtime.id)
                 handles[runtime] = RuntimeHandle.of_env(runtime, env, image.python)
             self.images[runtime] = image
             log.info("%s: %s image %s (%.1f s)", runtime.id, image.route, image.name, time.monotonic() - started)
@@ -110,6 +115,8 @@ class DockerBackend(Executor):
         if image.mount_env is not None:
             mounts[image.mount_env.path] = ENV
             path.append(ENV / image.mount_env.site_packages.relative_to(image.mount_env.path))
+        if image.host_python is not None:  # at its own path: the interpreter finds its stdlib from its binary
+            mounts[image.host_python] = image.host_python
         if image.tools is not None:
             mounts[image.tools] = TOOLS
             path.append(TOOLS)
@@ -334,12 +341,18 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _probe(engine: Engine, image: str, code: str) -> dict[str, Any]:
+def _probe(
+    engine: Engine, image: str, code: str, python: str = "python3", mounts: Sequence[Mount] = ()
+) -> dict[str, Any]:
     """Run a few lines of Python in image (no network, always removed) and return the JSON they print."""
     container = None
     try:
         container = engine.client.containers.create(
-            image, ["python3", "-c", code], network_mode="none", labels=owner_labels() | {f"{LABEL}.role": "probe"}
+            image,
+            [python, "-c", code],
+            network_mode="none",
+            labels=owner_labels() | {f"{LABEL}.role": "probe"},
+            mounts=list(mounts),
         )
         container.start()
         status = container.wait(timeout=300).get("StatusCode")
@@ -359,15 +372,56 @@ def _probe(engine: Engine, image: str, code: str) -> dict[str, Any]:
     return result
 
 
-def check_python(engine: Engine, image: str, wanted: set[str]) -> None:
-    found = _probe(engine, image, "import json, sys; print(json.dumps({'python': '%d.%d' % sys.version_info[:2]}))")
-    if {found["python"]} != wanted:
+PYTHON_FACTS = "import json, sys; print(json.dumps({'python': '%d.%d' % sys.version_info[:2]}))"
+
+
+def python_of_image(engine: Engine, image: str) -> str:
+    """The X.Y of the image's python3."""
+    return str(_probe(engine, image, PYTHON_FACTS)["python"])
+
+
+def check_python(image: str, found: str, wanted: set[str]) -> None:
+    """The baked route makes each env inside the image, with its python: every env's Python must be it."""
+    other = sorted(wanted - {found})
+    if other:
         raise BadInputError(
-            f"the base image {image} has python {found['python']} but the matrix's envs use python "
-            f"{', '.join(sorted(wanted))}: the mounted and baked routes need the same minor version; "
-            "set docker.base_image to an image with that python, or the matrix's python to "
-            f"{found['python']}"
+            f"the base image {image} has python {found} but the matrix's envs use python {', '.join(other)} too: "
+            "the baked route makes each env with the image's python; use the mounted route (docker.route: "
+            "mounted, which mounts the host's interpreter for another Python), or set docker.base_image to "
+            "an image with that python"
         )
+
+
+def host_python_image(engine: Engine, base: str, base_python: str, env: Env, where: str) -> images.RuntimeImage:
+    """The mounted route for an env whose Python the base image lacks: the host interpreter's prefix is
+    mounted read-only at its own path and runs the cells (the env's site-packages on the path, as for the
+    image's own python), once proven to
+    start in the image with the modules a cell needs (its libraries come from the image: another C
+    library there is a refusal, with the reason)."""
+    host = interpreters.inspect(env.python, "env")
+    binary = env.python.resolve()
+    if host.prefix is None or not binary.is_relative_to(host.prefix):
+        raise BadInputError(
+            f"runtime {where}: its interpreter {binary} is not under its prefix {host.prefix}; it cannot be "
+            f"mounted into the base image (python {base_python}): set docker.base_image to an image with "
+            f"python {env.spec.python}"
+        )
+    mount = Mount(str(host.prefix), str(host.prefix), type="bind", read_only=True)
+    code = "import ctypes, " + PYTHON_FACTS.removeprefix("import ")  # ctypes: torch's import needs libffi
+    try:
+        found = _probe(engine, base, code, str(binary), [mount])
+    except HarnessError as exc:
+        raise BadInputError(
+            f"runtime {where}: the host's CPython {env.spec.python} ({host.prefix}) does not run in the base image "
+            f"{base} (python {base_python}): {exc}\n  set docker.base_image to an image with python "
+            f"{env.spec.python}, or run this runtime with the venv backend"
+        ) from exc
+    if found["python"] != env.spec.python:
+        raise BadInputError(
+            f"runtime {where}: {binary} ran python {found['python']} in the image, not {env.spec.python}"
+        )
+    log.info("%s: python %s is the host's %s, mounted into %s", where, env.spec.python, host.prefix, base)
+    return images.RuntimeImage(base, "mounted", str(binary), env, None, host_python=host.prefix)
 
 
 def check_torch(engine: Engine, image: images.RuntimeImage, torch_version: str, where: str) -> images.ImageTorch:

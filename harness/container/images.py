@@ -64,6 +64,7 @@ class RuntimeImage:
     tools: Path | None  # a named image may lack pytest: the harness's copy for its python goes on the path
     seconds: float = 0.0
     size_bytes: int | None = None
+    host_python: Path | None = None  # mounted route, another Python than the image's: the host prefix mounted
 
 
 @dataclasses.dataclass(frozen=True)
