@@ -66,7 +66,8 @@ def test_unknown_key_names_line_path_allowed_keys_and_close_match(tmp_path: Path
     found = problems(write_matrix(tmp_path, GOOD.replace('target: "2.10"', 'targt: "2.10"')))
     assert len(found) == 1
     assert found[0].startswith(
-        "line 9: builds[0].targt: unknown key 'targt'; allowed: cuda, extension, python, runtimes, target, torch, variant"
+        "line 9: builds[0].targt: unknown key 'targt'; allowed: "
+        "cuda, extension, python, runtimes, target, torch, variant"
     )
     assert found[0].endswith("did you mean 'target'?")
 

@@ -5,7 +5,7 @@ from cp_specific import built_for, ops
 
 
 def test_module_is_for_this_python():
-    assert built_for() == "%d.%d" % sys.version_info[:2]
+    assert built_for() == f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
 def test_magnitude_through_the_dispatcher():
