@@ -9,6 +9,7 @@ import functools
 import logging
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -16,8 +17,8 @@ from typing import Any, Protocol, TypeVar
 
 from elftools.common.exceptions import ELFError
 
-from harness import __version__, interpreters, processes
-from harness.artifact import ArtifactFacts, RuntimeFacts, unmet
+from harness import __version__, commands, interpreters, processes
+from harness.artifact import ArtifactFacts, RuntimeFacts, python_problem, unmet, wheel_tags
 from harness.build import Builder, BuildResult
 from harness.collect import classify
 from harness.config import Matrix
@@ -31,7 +32,7 @@ from harness.plan import Build, Cell, Plan, Runtime
 from harness.predict import ArtifactImports, Predicted, Prediction, findings, predict
 from harness.report import CellResult, RunResult, relative_logs, write_report
 from harness.run import VenvBackend
-from harness.sources import resolve_sources
+from harness.sources import resolve_sources, uv_binary
 from harness.status import Status
 from harness.symbols import read_artifact
 from harness.verdict import Promise, Verdict, judge, promise
@@ -399,6 +400,9 @@ class Pipeline:
         if not build.ok:
             status = Status.ERROR if build.infrastructure else Status.BUILD_FAILED
             return self.unrun(cell, build, build.reason, runtime, run_dir, expectation, status=status)
+        refused = installer_refusal(build.wheel, cell.runtime.python) if build.wheel else None
+        if refused:  # as a user's pip would: the wheel never reaches this CPython, so no cell runs
+            return self.unrun(cell, build, refused, runtime, run_dir, expectation, status=Status.LOAD_FAILED)
         timeout = self.cell_timeout(cell)
         designed = cell.build.extension.expect
         execution = self.backend.execute(CellRequest(cell, runtime, build, out, timeout, threads))
@@ -509,6 +513,28 @@ class Pipeline:
     ) -> CellResult:
         """A cell's result: its identity, what happened, and the promise it is judged against."""
         return CellResult.judged(cell, status, reason, self.backend.name, runtime_torch, runtime_variant, **details)
+
+
+@functools.lru_cache(maxsize=256)
+def installer_refusal(wheel: Path, python: str) -> str | None:
+    """Why the installer will not put this wheel on CPython `python`, in its words; None when it would.
+
+    The wheel's tags decide first (packaging's rules, pip's); only a wheel they refuse is put to uv
+    (`uv pip install --dry-run --python-version`), whose refusal is the evidence the cell reports. A
+    cp311-cp311 wheel whose library torch loads by path would otherwise load on 3.10, where no user
+    can install it."""
+    why = python_problem(wheel_tags(wheel), python)
+    if why is None:
+        return None
+    with tempfile.TemporaryDirectory(prefix="harness-install-check-") as target:
+        argv = [uv_binary(), "pip", "install", "--dry-run", "--no-deps", "--offline", "--python-version", python]
+        proc = commands.run([*argv, "--target", target, wheel], check=False, timeout=120)
+    if proc.returncode == 0:
+        log.warning("%s: its tags do not fit CPython %s (%s), yet uv would install it", wheel.name, python, why)
+        return None
+    said = [line.strip() for line in proc.stdout.splitlines() if line.strip().startswith(("hint:", "cause:"))]
+    evidence = said[-1].removeprefix("hint: ") if said else f"exit {proc.returncode}"
+    return f"not installable on CPython {python}: {why}; uv refuses it ({evidence})"
 
 
 def runtime_facts(cell: Cell, handle: RuntimeHandle) -> RuntimeFacts:

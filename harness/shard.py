@@ -24,6 +24,7 @@ from harness.report import RunResult
 # torch`, the load and a suite; a build is a compile, once per shard that needs it.
 CELL_SECONDS = 3.0
 BUILD_SECONDS = {"wheel": 0.1, "stable": 5.0, "unstable": 14.0, "cuda": 20.0}
+SLACK = 0.05  # how far over an even share a shard may go before a build's cells are cut between shards
 T = TypeVar("T")
 
 
@@ -69,10 +70,44 @@ def partition(cells: Sequence[Cell], count: int, durations: Mapping[str, float] 
         for seconds, piece in _longest_first(group, pieces):
             chunks.append((build_seconds(build) + seconds, min(c.id for c in piece), piece))
     parts = []
-    for index, (seconds, members) in enumerate(_longest_first(chunks, count), 1):
+    for index, (seconds, members) in enumerate(_fill(chunks, count, share, known), 1):
         ids = {cell.id for piece in members for cell in piece}
         parts.append(Part(Shard(index, count), tuple(c for c in cells if c.id in ids), seconds))
     return tuple(parts)
+
+
+def _fill(
+    chunks: list[tuple[float, str, list[Cell]]], bins: int, share: float, known: Mapping[str, float]
+) -> list[tuple[float, list[list[Cell]]]]:
+    """Chunks longest first onto the least-loaded shard; a chunk that would take that shard more than
+    SLACK over an even share is cut there: the cells that fit stay, the rest (paying its build again)
+    goes back into the queue. Whole builds alone can leave one shard a whole chunk over the others."""
+    loads = [0.0] * bins
+    contents: list[list[list[Cell]]] = [[] for _ in range(bins)]
+    queue = sorted(chunks, key=lambda entry: (-entry[0], entry[1]))
+    while queue:
+        cost, _, piece = queue.pop(0)
+        least = min(range(bins), key=lambda i: (loads[i], i))
+        build = cost - sum(known.get(c.id, CELL_SECONDS) for c in piece)
+        room = share * (1 + SLACK) - loads[least] - build
+        kept: list[Cell] = []
+        for cell in piece:
+            if loads[least] + cost <= share * (1 + SLACK) or len(piece) == 1:
+                kept = piece
+                break
+            if sum(known.get(c.id, CELL_SECONDS) for c in [*kept, cell]) > room:
+                break
+            kept.append(cell)
+        if not kept:  # nothing fits: every other shard is fuller still
+            kept = piece
+        rest = piece[len(kept) :]
+        loads[least] += build + sum(known.get(c.id, CELL_SECONDS) for c in kept)
+        contents[least].append(kept)
+        if rest:
+            rest_cost = build + sum(known.get(c.id, CELL_SECONDS) for c in rest)
+            queue.append((rest_cost, min(c.id for c in rest), rest))
+            queue.sort(key=lambda entry: (-entry[0], entry[1]))
+    return [(round(load, 1), content) for load, content in zip(loads, contents, strict=True)]
 
 
 def _longest_first(items: Sequence[tuple[float, str, T]], bins: int) -> list[tuple[float, list[T]]]:

@@ -21,7 +21,7 @@ from harness.shard import shard_plan
 from harness.status import Status
 from harness.verdict import promise
 
-SELECTORS = ("stable_basic@b2.13.0-t2.10", "classic_ops")  # 14 cells of 2 builds
+SELECTORS = ("stable_basic@b2.13.0-t2.10", "classic_ops")  # 22 cells of 2 builds (11 runtimes)
 
 
 def cell_result(cell: Cell, backend: str = "venv") -> CellResult:
@@ -121,7 +121,7 @@ def test_shards_of_different_plans_are_refused(plan: Plan, shards: list[Path], t
     message = str(info.value)
     assert "shards of different plans" in message
     assert f"{shards[0] / 'results.json'} (shard 1/3)" in message and f"{other / 'results.json'} (shard 2/3)" in message
-    assert "7 cell(s) only in the first (e.g. stable_basic@b2.13.0-t2.10~r2.10.0-cpu" in message
+    assert "11 cell(s) only in the first (e.g. stable_basic@b2.13.0-t2.10~r2.10.0-cpu" in message
     assert "merge only the shards of one fan-out" in message
     assert not (tmp_path / "merged").exists()  # refused before anything is written
 
@@ -136,7 +136,7 @@ def test_missing_cells_name_the_missing_shard(plan: Plan, shards: list[Path], tm
     with pytest.raises(BadInputError) as info:
         merge_reports([shards[0], shards[2]], tmp_path / "merged")
     message = str(info.value)
-    assert f"{len(lost)} of the plan's 14 cells are in none of the 2 report(s): {lost[0]}" in message
+    assert f"{len(lost)} of the plan's 22 cells are in none of the 2 report(s): {lost[0]}" in message
     assert "missing shard(s): 2/3" in message
     assert main(["merge", str(shards[0]), str(shards[2]), "--reports-dir", str(tmp_path / "m")]) == 2
 

@@ -17,9 +17,13 @@ def plan(repo: Path):
 def test_every_build_meets_every_runtime_unless_limited(plan) -> None:
     limited = {b.id: b for b in plan.builds if b.only_on}
     assert list(limited) == ["hang_control@b2.13.0-t2.9"]
-    assert len(plan.cells) == (len(plan.builds) - 1) * len(plan.runtimes) + 1 == 85
-    assert len({c.id for c in plan.cells}) == 85
-    assert [c.runtime.id for c in plan.cells if c.build is limited["hang_control@b2.13.0-t2.9"]] == ["r2.15.0-cpu"]
+    # `runtimes: ["2.15.0"]` names a release: both of its runtimes (Python 3.11 and 3.13).
+    assert len(plan.cells) == (len(plan.builds) - 1) * len(plan.runtimes) + 2 == 145
+    assert len({c.id for c in plan.cells}) == 145
+    assert [c.runtime.id for c in plan.cells if c.build is limited["hang_control@b2.13.0-t2.9"]] == [
+        "r2.15.0-cpu",
+        "r2.15.0-cpu-py3.13",
+    ]
     # cuda_ops runs everywhere: where a runtime lacks its CUDA major is decided from the built wheel.
     cuda = [c.runtime.id for c in plan.cells if c.build.id == "cuda_ops@b2.14.1-t2.10"]
     assert cuda == [r.id for r in plan.runtimes]
@@ -36,12 +40,13 @@ def test_selectors_match_parts_of_ids_with_globs(repo: Path) -> None:
     picked = make_plan(matrix, ["t2.10~r2.1[01]", "@b2.9.1~r2.15.0"])
     assert [c.id for c in picked.cells] == [
         "stable_basic@b2.9.1~r2.15.0-cpu",
+        "stable_basic@b2.9.1~r2.15.0-cpu-py3.13",  # a selector matches any part of an id
         "stable_basic@b2.13.0-t2.10~r2.10.0-cpu",
         "stable_basic@b2.13.0-t2.10~r2.11.0-cpu",
         "cuda_ops@b2.14.1-t2.10~r2.10.0-cpu",  # a selector matches any extension's ids
         "cuda_ops@b2.14.1-t2.10~r2.11.0-cpu",
     ]
-    assert [str(r.torch) for r in picked.needed_runtimes] == ["2.10.0", "2.11.0", "2.15.0"]
+    assert [r.id for r in picked.needed_runtimes] == ["r2.10.0-cpu", "r2.11.0-cpu", "r2.15.0-cpu", "r2.15.0-cpu-py3.13"]
 
 
 def test_a_selector_that_matches_nothing_says_why(repo: Path) -> None:

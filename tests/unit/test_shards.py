@@ -40,12 +40,19 @@ def test_the_partition_is_the_same_on_every_machine(plan: Plan) -> None:
 
 
 def test_a_build_stays_in_one_shard_when_that_costs_nothing(plan: Plan) -> None:
-    """The default matrix: 13 builds, 3 shards. Cells spread one by one would build nearly every build in
-    every shard; kept together, each build is built once in all."""
+    """The default matrix: 14 builds, 3 shards. Cells spread one by one would build nearly every build in
+    every shard; kept together, each build is built once in all but where cutting one between two shards
+    brings them within 5% of an even share (whole builds alone leave one shard 11% over here)."""
     parts = partition(plan.cells, 3)
-    assert sum(p.builds for p in parts) == len(plan.needed_builds)
+    assert len(plan.needed_builds) <= sum(p.builds for p in parts) <= len(plan.needed_builds) + 2
     estimate = len(plan.cells) * CELL_SECONDS + sum(map(build_seconds, plan.needed_builds))
     assert max(p.seconds for p in parts) < estimate / 3 * 1.1
+    assert sum(p.seconds for p in parts) == pytest.approx(
+        estimate
+        + sum(build_seconds(b) for p in parts for b in {c.build for c in p.cells})
+        - sum(map(build_seconds, plan.needed_builds)),
+        abs=0.5,
+    )
 
 
 def test_measured_durations_balance_the_shards(plan: Plan) -> None:
@@ -112,7 +119,7 @@ def test_plan_shards_json_is_a_github_actions_job_matrix(repo: Path, capsys: pyt
     data = json.loads(capsys.readouterr().out)
     assert list(data) == ["include"]  # any other top-level key would be read as one more matrix axis
     assert [job["shard"] for job in data["include"]] == ["1/3", "2/3", "3/3"]
-    assert sum(job["cells"] for job in data["include"]) == 85
+    assert sum(job["cells"] for job in data["include"]) == len(make_plan(load_matrix(repo / "matrix.yaml")).cells)
     assert all(set(job) == {"shard", "cells", "estimated_seconds"} for job in data["include"])
     # Each job's --shard is accepted by `run` as it is.
     assert [parser().parse_args(["run", "--shard", j["shard"]]).shard.index for j in data["include"]] == [1, 2, 3]
@@ -134,7 +141,7 @@ def test_plan_json_lists_the_cells_and_their_promise(repo: Path, capsys: pytest.
         jsonschema.validate(data, load_schema("plan"))
     assert whole["shard"] is None and shard["shard"] == {"index": 1, "count": 2}
     assert whole["digest"] == shard["digest"]
-    assert len(whole["cells"]) == 7 and 0 < len(shard["cells"]) < 7
+    assert len(whole["cells"]) == 11 and 0 < len(shard["cells"]) < 11  # 7 releases on 3.11, 4 on 3.10 and 3.13
     first = whole["cells"][0]
     assert first == {
         "id": "stable_basic@b2.13.0-t2.10~r2.9.1-cpu",
