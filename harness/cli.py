@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import json
 import logging
 import os
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import platformdirs
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 from rich.console import Console
 from rich.markup import escape
@@ -22,7 +24,9 @@ from rich.table import Table
 from harness import __version__
 from harness.artifact import Unmet
 from harness.build import BuildResult
-from harness.config import DEFAULT_MATRIX, Matrix, load_matrix, with_overrides
+from harness.catalog import UNKNOWN, Catalog, Filters, discover, host_platforms, sources_of
+from harness.catalog import Runtime as ServedRuntime
+from harness.config import DEFAULT_MATRIX, Matrix, Sources, load_matrix, with_overrides
 from harness.envs import Env
 from harness.errors import BadInputError, ExitCode, HarnessError
 from harness.files import writable_dir
@@ -37,6 +41,7 @@ from harness.report import (
 )
 from harness.rundiff import RunDiff, compare, load_run
 from harness.shard import fan_out, measured_durations, partition, shard_plan
+from harness.sources import resolve_sources
 from harness.status import Condition
 from harness.verdict import Verdict, promise
 from harness.versions import ApiLevel
@@ -130,6 +135,34 @@ def torch_include(text: str) -> Path:
             "(site-packages/torch/include of an env holding that release)"
         )
     return path
+
+
+def release_specifier(text: str) -> SpecifierSet:
+    """--releases: a PEP 440 specifier of torch releases."""
+    try:
+        return SpecifierSet(text)
+    except InvalidSpecifier:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a PEP 440 version specifier such as '>=2.11,<2.16' "
+            "(one release: '==2.13.0'; a series: '==2.13.*')"
+        ) from None
+
+
+def python_specifier(text: str) -> SpecifierSet:
+    """--python: a PEP 440 specifier of CPython versions."""
+    try:
+        return SpecifierSet(text)
+    except InvalidSpecifier:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a PEP 440 version specifier such as '>=3.10' (one version: '==3.12')"
+        ) from None
+
+
+def wheel_variant(text: str) -> str:
+    """--variant: a torch wheel's local label (cpu, cu130, rocm6.4, xpu), or auto (no label)."""
+    if not re.fullmatch(r"[a-z0-9]+(\.[a-z0-9]+)*", text.lower()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a torch variant such as cpu, cu130 or auto")
+    return text.lower()
 
 
 def parser() -> argparse.ArgumentParser:
@@ -343,6 +376,62 @@ def parser() -> argparse.ArgumentParser:
     )
     base.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX, help="the matrix file (default: %(default)s)")
     base.add_argument("--cache-dir", type=Path, default=None, help="working space (default: the user cache dir)")
+
+    found = sub.add_parser(
+        "runtimes",
+        help="list the torch releases x Pythons x variants the package sources serve (reads listings, no wheel)",
+    )
+    found.add_argument(
+        "--matrix",
+        type=Path,
+        default=None,
+        help=f"the matrix file whose sources are read (default: {DEFAULT_MATRIX} if there is one; pip's "
+        "configuration and the UV_* variables apply either way)",
+    )
+    found.add_argument(
+        "--extra-index-url", action="append", default=[], metavar="URL", help="another index to list (repeatable)"
+    )
+    found.add_argument(
+        "--find-links",
+        action="append",
+        default=[],
+        metavar="DIR|URL",
+        help="a directory of wheels or a page of links to list (repeatable)",
+    )
+    found.add_argument(
+        "--releases", type=release_specifier, default=SpecifierSet(), metavar="SPEC", help="e.g. '>=2.11,<2.16'"
+    )
+    found.add_argument("--python", type=python_specifier, default=SpecifierSet(), metavar="SPEC", help="e.g. '>=3.10'")
+    found.add_argument(
+        "--variant",
+        action="append",
+        type=wheel_variant,
+        default=[],
+        metavar="NAME",
+        help="cpu, cu130, ... or auto (no local label: the source's default build); repeatable",
+    )
+    found.add_argument("--pre", action="store_true", help="show pre-releases and development releases too")
+    found.add_argument(
+        "--all-platforms", action="store_true", help="show wheels for every platform, not only those this host installs"
+    )
+    found.add_argument(
+        "--no-metadata",
+        action="store_true",
+        help="do not read the default builds' core metadata (PEP 658) for their CUDA major: shown as unknown",
+    )
+    found.add_argument(
+        "--timeout",
+        type=positive_seconds,
+        default=30.0,
+        help="seconds for each request to a source (default: %(default)s)",
+    )
+    shape = found.add_mutually_exclusive_group()
+    shape.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    shape.add_argument(
+        "--matrix-entries",
+        action="store_true",
+        help="print matrix.yaml runtime entries, one per release x variant x Python, to paste under runtimes:",
+    )
     return top
 
 
@@ -807,6 +896,79 @@ def cmd_audit_guards(args: argparse.Namespace) -> int:
     return code
 
 
+def runtime_sources(args: argparse.Namespace) -> Sources:
+    """The matrix's sources (none when no --matrix is given and there is no matrix.yaml here) and the
+    command line's."""
+    if args.matrix is None and not DEFAULT_MATRIX.is_file():
+        notes.print(f"[dim]no {DEFAULT_MATRIX} here: pip's configuration and the UV_* variables name the sources[/]")
+        sources = Sources()
+    else:
+        sources = load_matrix(args.matrix or DEFAULT_MATRIX).sources
+    return dataclasses.replace(
+        sources,
+        extra_index_urls=(*sources.extra_index_urls, *args.extra_index_url),
+        find_links=(*sources.find_links, *args.find_links),
+    )
+
+
+def cmd_runtimes(args: argparse.Namespace) -> int:
+    sources = sources_of(resolve_sources(runtime_sources(args)))
+    filters = Filters(
+        releases=args.releases,
+        pythons=args.python,
+        variants=frozenset(args.variant),
+        pre=args.pre,
+        platforms=None if args.all_platforms else host_platforms(),
+    )
+    catalog = discover(sources, filters, timeout=args.timeout, metadata=not args.no_metadata)
+    if args.json:
+        emit_json(catalog.to_json())
+    elif args.matrix_entries:
+        console.print(f"# torch on {escape(', '.join(map(str, sources)))}; paste under runtimes:")
+        for line in catalog.matrix_entries():
+            console.print(escape(line))
+    else:
+        print_catalog(catalog, args.all_platforms, metadata=not args.no_metadata)
+    if not catalog.runtimes:
+        served = f"; variants served: {', '.join(catalog.variants_seen)}" if args.variant else ""
+        notes.print(f"[yellow]no torch wheel of these sources passes the filters[/]{escape(served)}")
+    return int(ExitCode.OK)
+
+
+def print_catalog(catalog: Catalog, all_platforms: bool, metadata: bool) -> None:
+    """One section per release; a row per variant and source, with the Pythons it serves."""
+    rows: dict[tuple[Version, str, str], list[ServedRuntime]] = {}
+    for runtime in catalog.runtimes:
+        rows.setdefault((runtime.release, runtime.variant, runtime.source.location), []).append(runtime)
+    where = "every platform" if all_platforms else "this host's platform (--all-platforms: every one)"
+    console.print(f"[bold]torch[/] for {where} on {escape(', '.join(map(str, catalog.sources)))}")
+    columns = ["release", "variant", "CUDA", "Python", *(["platforms"] if all_platforms else []), "source"]
+    table = Table(*columns)
+    keys = list(rows)
+    for position, (release, variant, source) in enumerate(keys):
+        found = rows[(release, variant, source)]
+        first = position == 0 or keys[position - 1][0] != release
+        last = position == len(keys) - 1 or keys[position + 1][0] != release
+        platforms = sorted({p for r in found for p in r.platforms})
+        table.add_row(
+            str(release) if first else "",
+            variant,
+            "/".join(sorted({r.cuda for r in found})),
+            " ".join(r.python_label for r in found),
+            *([" ".join(platforms)] if all_platforms else []),
+            escape(source),
+            end_section=last,
+        )
+    console.print(table)
+    releases = len({r.release for r in catalog.runtimes})
+    console.print(f"{releases} release(s), {len(catalog.runtimes)} runtime(s) (release x variant x Python x source)")
+    if catalog.hidden:
+        console.print(f"[dim]torch wheel files not shown: {escape(catalog.hidden_text())}[/]")
+    if any(r.cuda == UNKNOWN for r in catalog.runtimes):
+        why = "not read (--no-metadata)" if not metadata else "not served by its source"
+        console.print(f"[dim]CUDA unknown: a default build (no label) whose core metadata (PEP 658) was {why}[/]")
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
@@ -828,10 +990,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             "diff": cmd_diff,
             "base-image": cmd_base_image,
             "merge": cmd_merge,
+            "runtimes": cmd_runtimes,
         }
         return commands[args.command](args)
     except HarnessError as exc:
-        console.print(f"[bold red]error[/]: {escape(str(exc))}", soft_wrap=True)
+        # `runtimes` prints YAML and JSON meant to be pasted or parsed: its errors go to stderr.
+        # (The older commands print theirs on stdout, where their tests read them.)
+        (notes if args.command == "runtimes" else console).print(
+            f"[bold red]error[/]: {escape(str(exc))}", soft_wrap=True
+        )
         return int(exc.exit_code)
     except KeyboardInterrupt:
         console.print("[bold red]interrupted[/] before any cell ran; nothing was reported")
