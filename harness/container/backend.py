@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 
 ROOT = Path("/opt/harness")  # where everything a cell needs is mounted inside its container
 SITE, TESTS, PROBE, OUT, ENV, TOOLS = (ROOT / n for n in ("site", "tests", "probe", "out", "env", "tools"))
+PYTHON = ROOT / "python"  # mounted route, a Python the image lacks: the host interpreter's prefix
 CELL_UID = 10001  # the unprivileged user cells run as when the harness itself runs as root
 
 
@@ -115,8 +116,10 @@ class DockerBackend(Executor):
         if image.mount_env is not None:
             mounts[image.mount_env.path] = ENV
             path.append(ENV / image.mount_env.site_packages.relative_to(image.mount_env.path))
-        if image.host_python is not None:  # at its own path: the interpreter finds its stdlib from its binary
-            mounts[image.host_python] = image.host_python
+        extra: dict[str, str] = {}
+        if image.host_python is not None:  # the interpreter finds its stdlib from its binary; libpython by path
+            mounts[image.host_python] = PYTHON
+            extra["LD_LIBRARY_PATH"] = str(PYTHON / "lib")
         if image.tools is not None:
             mounts[image.tools] = TOOLS
             path.append(TOOLS)
@@ -132,6 +135,7 @@ class DockerBackend(Executor):
             USER="harness",
             LOGNAME="harness",
             LANG="C.UTF-8",
+            **extra,
         )
         argv = pytest_argv(image.python, TESTS, OUT, config_inside)
         settings = container_settings(self.options, request.cell, mounts, work, environ)
@@ -219,7 +223,7 @@ def container_settings(
         "network_mode": "none",
         "read_only": True,
         "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={options.tmpfs}"},
-        "user": f"{CELL_UID}:{CELL_UID}" if os.geteuid() == 0 else f"{os.geteuid()}:{os.getegid()}",
+        "user": cell_user(),
         "cap_drop": ["ALL"],
         "security_opt": ["no-new-privileges"],
         "mem_limit": options.memory,
@@ -342,7 +346,7 @@ def _alive(pid: int) -> bool:
 
 
 def _probe(
-    engine: Engine, image: str, code: str, python: str = "python3", mounts: Sequence[Mount] = ()
+    engine: Engine, image: str, code: str, python: str = "python3", mounts: Sequence[Mount] = (), **settings: Any
 ) -> dict[str, Any]:
     """Run a few lines of Python in image (no network, always removed) and return the JSON they print."""
     container = None
@@ -353,6 +357,7 @@ def _probe(
             network_mode="none",
             labels=owner_labels() | {f"{LABEL}.role": "probe"},
             mounts=list(mounts),
+            **settings,
         )
         container.start()
         status = container.wait(timeout=300).get("StatusCode")
@@ -370,6 +375,11 @@ def _probe(
     except (ValueError, IndexError) as exc:
         raise BadInputError(f"image {image}: python3 -c {code!r} did not print its answer ({exc})") from exc
     return result
+
+
+def cell_user() -> str:
+    """uid:gid cells run as: an unprivileged one when the harness runs as root, else the harness's own."""
+    return f"{CELL_UID}:{CELL_UID}" if os.geteuid() == 0 else f"{os.geteuid()}:{os.getegid()}"
 
 
 PYTHON_FACTS = "import json, sys; print(json.dumps({'python': '%d.%d' % sys.version_info[:2]}))"
@@ -394,8 +404,9 @@ def check_python(image: str, found: str, wanted: set[str]) -> None:
 
 def host_python_image(engine: Engine, base: str, base_python: str, env: Env, where: str) -> images.RuntimeImage:
     """The mounted route for an env whose Python the base image lacks: the host interpreter's prefix is
-    mounted read-only at its own path and runs the cells (the env's site-packages on the path, as for the
-    image's own python), once proven to
+    mounted read-only at /opt/harness/python (its own path may lie under a directory the cell's user cannot
+    enter, /root) and runs the cells, libpython found by LD_LIBRARY_PATH (the env's site-packages on the
+    path, as for the image's own python), once proven, as the cell's user, to
     start in the image with the modules a cell needs (its libraries come from the image: another C
     library there is a refusal, with the reason)."""
     host = interpreters.inspect(env.python, "env")
@@ -406,10 +417,13 @@ def host_python_image(engine: Engine, base: str, base_python: str, env: Env, whe
             f"mounted into the base image (python {base_python}): set docker.base_image to an image with "
             f"python {env.spec.python}"
         )
-    mount = Mount(str(host.prefix), str(host.prefix), type="bind", read_only=True)
+    mount = Mount(str(PYTHON), str(host.prefix), type="bind", read_only=True)
     code = "import ctypes, " + PYTHON_FACTS.removeprefix("import ")  # ctypes: torch's import needs libffi
+    inside = str(PYTHON / binary.relative_to(host.prefix))
     try:
-        found = _probe(engine, base, code, str(binary), [mount])
+        found = _probe(
+            engine, base, code, inside, [mount], user=cell_user(), environment={"LD_LIBRARY_PATH": str(PYTHON / "lib")}
+        )
     except HarnessError as exc:
         raise BadInputError(
             f"runtime {where}: the host's CPython {env.spec.python} ({host.prefix}) does not run in the base image "
@@ -421,7 +435,7 @@ def host_python_image(engine: Engine, base: str, base_python: str, env: Env, whe
             f"runtime {where}: {binary} ran python {found['python']} in the image, not {env.spec.python}"
         )
     log.info("%s: python %s is the host's %s, mounted into %s", where, env.spec.python, host.prefix, base)
-    return images.RuntimeImage(base, "mounted", str(binary), env, None, host_python=host.prefix)
+    return images.RuntimeImage(base, "mounted", inside, env, None, host_python=host.prefix)
 
 
 def check_torch(engine: Engine, image: images.RuntimeImage, torch_version: str, where: str) -> images.ImageTorch:
