@@ -197,3 +197,11 @@ def test_envs_are_keyed_by_python_and_by_an_explicit_interpreter() -> None:
     }
     assert len(keys) == 4
     assert EnvSpec(Version("2.12.1"), "auto", "3.10").key == "torch-2.12.1-auto-py3.10"
+
+
+def test_the_full_matrix_is_every_release_on_every_python_the_index_serves(repo: Path) -> None:
+    plan = make_plan(load_matrix(repo / "ci" / "matrix-full.yaml"))
+    pairs = {(str(r.torch), r.python) for r in plan.runtimes}
+    assert len(pairs) == len(plan.runtimes) == 27
+    assert ("2.15.0", "3.10") not in pairs and ("2.9.1", "3.10") in pairs and ("2.15.0", "3.13") in pairs
+    assert len({c.id for c in plan.cells}) == len(plan.cells) == 13 * 27
