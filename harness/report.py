@@ -19,8 +19,9 @@ from harness.verdict import KEEPS_PROMISE, Expected, Promise, Verdict, judge, pr
 
 # 2: each cell has its static prediction and findings; 3: and its doc_differences; 4: the run's plan identity
 # (digest, every cell of the plan, the shard), each cell's attempts (--rerun-broken), the flaky verdict,
-# each cell's expected_class (the condition that decided its promise) and its prediction's unmet conditions.
-RESULTS_SCHEMA_VERSION = 4
+# each cell's expected_class (the condition that decided its promise) and its prediction's unmet conditions;
+# 5: the Python of each cell's build and runtime.
+RESULTS_SCHEMA_VERSION = 5
 
 VERDICT_SYMBOL = {
     Verdict.KEPT: "✅",
@@ -104,6 +105,8 @@ class CellResult:
     expected_why: str
     verdict: Verdict
     expected_class: Condition | None = None  # the condition that decided the promise; None in results before it
+    build_python: str | None = None  # the CPython minor it was built with, "3.11"; None in results before 5
+    runtime_python: str | None = None  # the runtime's CPython minor; None in results before 5
     tests: CaseCounts = dataclasses.field(default_factory=CaseCounts)
     failing_tests: tuple[str, ...] = ()
     missing_symbol: str | None = None
@@ -148,6 +151,8 @@ class CellResult:
             expected_why=expectation.why,
             verdict=judge(expectation.expected, status),
             expected_class=expectation.condition,
+            build_python=cell.build.python,
+            runtime_python=cell.runtime.python,
             **details,
         )
 
@@ -168,6 +173,7 @@ class CellResult:
                 "torch": self.build_torch,
                 "variant": self.build_variant,
                 "target": self.target,
+                "python": self.build_python,
             },
             "runtime": {
                 "id": self.runtime_id,
@@ -175,6 +181,7 @@ class CellResult:
                 "variant": self.runtime_variant,
                 "backend": self.backend,
                 "device": self.device,
+                "python": self.runtime_python,
             },
             "status": self.status.value,
             "reason": self.reason,
@@ -215,6 +222,8 @@ class CellResult:
             expected_why=data["expected_why"],
             verdict=Verdict(data["verdict"]),
             expected_class=Condition(data["expected_class"]) if data.get("expected_class") else None,  # from 4
+            build_python=build.get("python"),  # from 5
+            runtime_python=runtime.get("python"),  # from 5
             tests=CaseCounts(**data["tests"]),
             failing_tests=tuple(data["failing_tests"]),
             missing_symbol=data["missing_symbol"],

@@ -114,6 +114,22 @@ def test_shards_run_with_different_backends_merge_as_mixed(plan: Plan, tmp_path:
     jsonschema.validate(merged.run.to_json(), load_schema("results"))
 
 
+def test_a_version_4_shard_merges_with_version_5_shards(plan: Plan, tmp_path: Path) -> None:
+    old = write_run(shard_plan(plan, Shard(1, 2)), tmp_path / "a")
+    data = json.loads((old / "results.json").read_text())
+    data["schema_version"] = 4
+    for cell in data["cells"]:
+        del cell["build"]["python"], cell["runtime"]["python"]
+    (old / "results.json").write_text(json.dumps(data))
+    second = shard_plan(plan, Shard(2, 2))
+    new = write_run(second, tmp_path / "b")
+    merged = merge_reports([old, new], tmp_path / "merged").run.to_json()
+    jsonschema.validate(merged, load_schema("results"))
+    pythons = {c["id"]: c["runtime"]["python"] for c in merged["cells"]}
+    assert {pythons[c["id"]] for c in data["cells"]} == {None}  # not recorded there: null, never guessed
+    assert {c.id: c.runtime.python for c in second.cells} == {c.id: pythons[c.id] for c in second.cells}
+
+
 def test_shards_of_different_plans_are_refused(plan: Plan, shards: list[Path], tmp_path: Path) -> None:
     other = write_run(shard_plan(make_plan(plan.matrix, ["classic_ops"]), Shard(2, 3)), tmp_path / "other")
     with pytest.raises(BadInputError) as info:

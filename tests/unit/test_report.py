@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -6,8 +7,9 @@ import jsonschema
 import pytest
 
 from harness.collect import CaseCounts
+from harness.config import load_matrix
 from harness.errors import ExitCode
-from harness.plan import PlanIdentity
+from harness.plan import PlanIdentity, make_plan
 from harness.report import CellResult, RunResult, load_results, write_report
 from harness.schema import load_schema
 from harness.status import Status
@@ -79,7 +81,7 @@ def test_results_json_matches_its_schema_and_round_trips(tmp_path: Path) -> None
     files = write_report(run, tmp_path)
     data = json.loads(files["results"].read_text())
     jsonschema.validate(data, load_schema("results"))
-    assert data["schema_version"] == 4 and data["exit_code"] == 1
+    assert data["schema_version"] == 5 and data["exit_code"] == 1
     assert [c["id"] for c in data["cells"]] == sorted(c["id"] for c in data["cells"])
     assert data["summary"] == {
         "kept": 1,
@@ -127,3 +129,32 @@ def test_from_version_4_the_schema_requires_the_plan() -> None:
         jsonschema.validate(data, load_schema("results"))
     data["schema_version"] = 3
     jsonschema.validate(data, load_schema("results"))
+
+
+def test_from_version_5_a_cell_names_the_python_of_its_build_and_runtime(repo: Path, tmp_path: Path) -> None:
+    cell = make_plan(load_matrix(repo / "matrix.yaml"), ["stable_basic@b2.9.1~r2.10.0"]).cells[0]
+    other = dataclasses.replace(cell, runtime=dataclasses.replace(cell.runtime, python="3.10"))
+    judged = [CellResult.judged(c, Status.PASS, "3 passed", "venv", "2.10.0+cpu", "cpu") for c in (cell, other)]
+    assert [(c.build_python, c.runtime_python) for c in judged] == [("3.11", "3.11"), ("3.11", "3.10")]
+    data = json.loads(write_report(run_of(*judged), tmp_path)["results"].read_text())
+    jsonschema.validate(data, load_schema("results"))
+    assert {(c["build"]["python"], c["runtime"]["python"]) for c in data["cells"]} == {
+        ("3.11", "3.11"),
+        ("3.11", "3.10"),
+    }
+    assert load_results(tmp_path / "results.json").to_json() == data
+    del data["cells"][0]["runtime"]["python"]
+    with pytest.raises(jsonschema.ValidationError, match="'python' is a required property"):
+        jsonschema.validate(data, load_schema("results"))
+
+
+def test_version_4_results_without_pythons_still_load_and_validate(tmp_path: Path) -> None:
+    data = run_of(KEPT, BROKEN).to_json()
+    data["schema_version"] = 4
+    for cell in data["cells"]:
+        del cell["build"]["python"], cell["runtime"]["python"]
+    jsonschema.validate(data, load_schema("results"))
+    (tmp_path / "v4.json").write_text(json.dumps(data))
+    loaded = load_results(tmp_path / "v4.json")
+    assert {(c.build_python, c.runtime_python) for c in loaded.cells} == {(None, None)}
+    jsonschema.validate(loaded.to_json(), load_schema("results"))  # written again as version 5: null, not absent
