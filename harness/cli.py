@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
 import sys
 from collections.abc import Sequence
@@ -30,14 +31,16 @@ from harness.config import DEFAULT_MATRIX, Matrix, Sources, load_matrix, with_ov
 from harness.envs import Env
 from harness.errors import BadInputError, ExitCode, HarnessError
 from harness.files import writable_dir
+from harness.grid import Grid
 from harness.plan import Plan, Shard, make_plan
 from harness.report import (
-    STATUS_SHORT,
     VERDICT_SYMBOL,
     CellResult,
     ReportError,
     RunResult,
     expected_failure_classes,
+    grid_mark,
+    natural_key,
 )
 from harness.rundiff import RunDiff, compare, load_run
 from harness.shard import fan_out, measured_durations, partition, shard_plan
@@ -495,24 +498,24 @@ def print_plan(plan: Plan) -> None:
 
 
 def print_grid(run: RunResult) -> None:
-    rows, cols, by_key = run.grid()
-    table = Table("build \\ runtime", *cols, title="compatibility matrix", title_justify="left")
-    for row in rows:
-        rendered = []
-        for col in cols:
-            cell = by_key.get((row, col))
-            rendered.append(
-                f"[{VERDICT_STYLE[cell.verdict]}]{VERDICT_SYMBOL[cell.verdict]} {STATUS_SHORT[cell.status]}[/]"
-                if cell
-                else ""
-            )
-        table.add_row(escape(row), *rendered)
-    console.print(table)
+    """The grid folded to the terminal's width (COLUMNS, else 120 off a terminal), then its legends and
+    the cells a person must look at."""
+    grid = Grid.of(run)
+    blocks = grid.blocks(shutil.get_terminal_size(fallback=(120, 24)).columns, grid_mark)
+    for number, block in enumerate(blocks):
+        part = f" (runtimes {block.first}-{block.last} of {len(grid.columns)})" if len(blocks) > 1 else ""
+        console.print(("\n" if number else "") + f"[bold]compatibility matrix{part}[/]", soft_wrap=True)
+        for line in block.header:
+            console.print(f"[bold]{escape(line)}[/]", soft_wrap=True)
+        for segments in block.body:
+            console.print("".join(_painted(text, verdict) for text, verdict in segments), soft_wrap=True)
+    if not blocks:
+        console.print("[bold]compatibility matrix[/]: no cells")
     console.print("   " + "  ".join(f"{VERDICT_SYMBOL[v]} [{VERDICT_STYLE[v]}]{v.value}[/]" for v in Verdict))
     for group in expected_failure_classes(run.cells):
         style = VERDICT_STYLE[Verdict.EXPECTED_FAILURE]
         console.print(f"   {VERDICT_SYMBOL[Verdict.EXPECTED_FAILURE]} [{style}]{group.name}[/]: {escape(group.text())}")
-    for cell in sorted(run.cells, key=lambda c: c.id):
+    for cell in sorted(run.cells, key=lambda c: natural_key(c.id)):
         for finding in cell.findings:
             console.print(f"   [yellow]finding[/] {escape(cell.id)}: {escape(finding)}")
         if cell.verdict in (Verdict.BROKEN, Verdict.ERROR, Verdict.UNEXPECTED_PASS, Verdict.FLAKY):
@@ -524,6 +527,10 @@ def print_grid(run: RunResult) -> None:
     seen = collections.Counter(d.key for cell in run.cells for d in cell.doc_differences)
     for key, cells in sorted(seen.items()):
         console.print(f"   [cyan]differs from the documents[/] {escape(key)}: in {cells} cell(s), see summary.md")
+
+
+def _painted(text: str, verdict: Verdict | None) -> str:
+    return f"[{VERDICT_STYLE[verdict]}]{escape(text)}[/]" if verdict else escape(text)
 
 
 def load_matrix_with_overrides(args: argparse.Namespace) -> Matrix:

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 from harness.collect import CaseCounts, DocDifference
 from harness.errors import ExitCode, InfrastructureError
 from harness.files import write_atomic
+from harness.grid import Grid
 from harness.plan import Cell, PlanIdentity
 from harness.status import CONDITION_MEANING, Condition, Status
 from harness.verdict import KEEPS_PROMISE, Expected, Promise, Verdict, judge, promise
@@ -308,16 +309,8 @@ class RunResult:
             plan=PlanIdentity.from_json(data["plan"]) if data.get("plan") else None,  # from 4
         )
 
-    def grid(self) -> tuple[list[str], list[str], dict[tuple[str, str], CellResult]]:
-        """Rows (build ids) and columns (runtime ids) in matrix order, with the cells run."""
-        by_key = {(c.build_id, c.runtime_id): c for c in self.cells}
-        rows = [b for b in self.build_order if any(k[0] == b for k in by_key)]
-        cols = [r for r in self.runtime_order if any(k[1] == r for k in by_key)]
-        return rows, cols, by_key
-
 
 def summary_markdown(run: RunResult) -> str:
-    rows, cols, by_key = run.grid()
     counts = run.counts()
     lines = [
         f"# Stable-ABI compatibility matrix: run {run.run_id}",
@@ -337,16 +330,8 @@ def summary_markdown(run: RunResult) -> str:
         + ", ".join(f"{n} {v.replace('_', ' ')}" for v, n in counts.items() if n)
         + ("; interrupted" if run.interrupted else ""),
         "",
-        "| build \\ runtime | " + " | ".join(f"`{c}`" for c in cols) + " |",
-        "|---|" + "---|" * len(cols),
+        *Grid.of(run).markdown(lambda cell: grid_mark(cell) + (f" {FINDING_MARK}" if cell.findings else "")),
     ]
-    for row in rows:
-        cells = []
-        for col in cols:
-            cell = by_key.get((row, col))
-            mark = f" {FINDING_MARK}" if cell and cell.findings else ""
-            cells.append(f"{VERDICT_SYMBOL[cell.verdict]} {STATUS_SHORT[cell.status]}{mark}" if cell else "")
-        lines.append(f"| `{row}` | " + " | ".join(cells) + " |")
     legend = "; ".join(f"{VERDICT_SYMBOL[v]} {VERDICT_MEANING[v]}" for v in Verdict)
     lines += [
         "",
@@ -360,7 +345,7 @@ def summary_markdown(run: RunResult) -> str:
         for group in groups:
             lines.append(f"- {VERDICT_SYMBOL[Verdict.EXPECTED_FAILURE]} {group.markdown()}")
         lines.append("")
-    findings = [c for c in sorted(run.cells, key=lambda c: c.id) if c.findings]
+    findings = [c for c in sorted(run.cells, key=lambda c: natural_key(c.id)) if c.findings]
     predicted = sum(1 for c in run.cells if c.prediction is not None)
     verdict_line = f"{len(findings)} have findings:" if findings else "every prediction matched the outcome."
     lines += [
@@ -373,7 +358,9 @@ def summary_markdown(run: RunResult) -> str:
     lines.append("")
     lines += doc_differences_markdown(run.cells)
     explained = [
-        c for c in sorted(run.cells, key=lambda c: c.id) if c.status is not Status.PASS or c.verdict is not Verdict.KEPT
+        c
+        for c in sorted(run.cells, key=lambda c: natural_key(c.id))
+        if c.status is not Status.PASS or c.verdict is not Verdict.KEPT
     ]
     if explained:
         lines += ["## Every cell that did not simply pass", ""]
@@ -385,6 +372,16 @@ def summary_markdown(run: RunResult) -> str:
             lines += [f"  - {a.line(n)}" for n, a in enumerate(cell.attempts, 1)]
         lines.append("")
     return "\n".join(lines)
+
+
+def grid_mark(cell: CellResult) -> str:
+    """A cell in the grid: its verdict's symbol and a word for its status (✅ pass, ⛔ load)."""
+    return f"{VERDICT_SYMBOL[cell.verdict]} {STATUS_SHORT[cell.status]}"
+
+
+def natural_key(text: str) -> tuple[str | int, ...]:
+    """Ids in the order people read them: numbers by value (r2.9.1 before r2.10.0), the rest as text."""
+    return tuple(int(part) if n % 2 else part for n, part in enumerate(re.split(r"(\d+)", text)))
 
 
 def _class_of(cell: CellResult) -> str:
