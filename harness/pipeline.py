@@ -402,7 +402,8 @@ class Pipeline:
             return self.unrun(cell, build, build.reason, runtime, run_dir, expectation, status=status)
         refused = installer_refusal(build.wheel, cell.runtime.python) if build.wheel else None
         if refused:  # as a user's pip would: the wheel never reaches this CPython, so no cell runs
-            return self.unrun(cell, build, refused, runtime, run_dir, expectation, status=Status.LOAD_FAILED)
+            result = self.unrun(cell, build, refused, runtime, run_dir, expectation, status=Status.LOAD_FAILED)
+            return dataclasses.replace(result, prediction=prediction.to_json() if prediction else None)
         timeout = self.cell_timeout(cell)
         designed = cell.build.extension.expect
         execution = self.backend.execute(CellRequest(cell, runtime, build, out, timeout, threads))
@@ -532,8 +533,18 @@ def installer_refusal(wheel: Path, python: str) -> str | None:
     if proc.returncode == 0:
         log.warning("%s: its tags do not fit CPython %s (%s), yet uv would install it", wheel.name, python, why)
         return None
-    said = [line.strip() for line in proc.stdout.splitlines() if line.strip().startswith(("hint:", "cause:"))]
-    evidence = said[-1].removeprefix("hint: ") if said else f"exit {proc.returncode}"
+    said: dict[str, list[str]] = {}  # uv's `cause:` and `hint:` paragraphs, continuation lines joined
+    current: list[str] | None = None
+    for line in proc.stdout.splitlines():
+        if line.strip().startswith(("hint:", "cause:")):
+            key, _, text = line.strip().partition(":")
+            current = said.setdefault(key, [text.strip()])
+        elif current is not None and line[:1].isspace() and line.strip():
+            current.append(line.strip())
+        else:
+            current = None
+    paragraph = said.get("hint") or said.get("cause")
+    evidence = " ".join(paragraph) if paragraph else f"exit {proc.returncode}"
     return f"not installable on CPython {python}: {why}; uv refuses it ({evidence})"
 
 

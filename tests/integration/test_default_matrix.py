@@ -21,7 +21,7 @@ NEGATIVE_CONTROL_SYMBOL = {
 def test_default_matrix_keeps_every_promise_then_reuses_everything(repo: Path, tmp_path: Path) -> None:
     first = harness("run", "--matrix", repo / "matrix.yaml", "--reports-dir", tmp_path / "reports", cwd=tmp_path)
     assert first.returncode == 0, first.stdout
-    assert "85 cells selected" in first.stdout
+    assert "145 cells selected" in first.stdout
     results = latest_results(tmp_path / "reports")
     cells = cells_by_id(results)
     plan = make_plan(load_matrix(repo / "matrix.yaml"))
@@ -53,6 +53,20 @@ def test_default_matrix_keeps_every_promise_then_reuses_everything(repo: Path, t
         assert cell["missing_symbol"] == symbol
         assert cell["reason"] == f"undefined symbol: {symbol}"
     assert cells["stable_basic@b2.13.0-t2.10~r2.9.1-cpu"]["missing_symbol"] == "torch_list_size"
+    # The Python axis: the abi3 wheels are promised and pass on 3.10 and 3.13; the cp311 wheels (cp_specific,
+    # classic_ops) are refused by the installer there, class python-abi, and do not run.
+    for runtime in ("r2.12.1-cpu-py3.10", "r2.14.1-cpu-py3.10", "r2.12.1-cpu-py3.13", "r2.15.0-cpu-py3.13"):
+        abi3 = cells[f"stable_basic@b2.15.0-t2.9~{runtime}"]
+        assert (abi3["status"], abi3["verdict"], abi3["runtime"]["python"]) == ("PASS", "kept", runtime[-4:])
+        for build in ("cp_specific@b2.15.0-t2.9", "classic_ops@b2.13.0"):
+            got = cells[f"{build}~{runtime}"]
+            assert (got["status"], got["expected_class"], got["verdict"]) == (
+                "LOAD_FAILED",
+                "python-abi",
+                "expected_failure",
+            ), got
+            assert got["reason"].startswith(f"not installable on CPython {runtime[-4:]}: a cp311-cp311 wheel")
+    assert cells["cp_specific@b2.15.0-t2.9~r2.9.1-cpu"]["verdict"] == "kept"
     # The classic TORCH_LIBRARY extension (unstable C++ API) built on 2.13: no promise off 2.13.
     for runtime in ("2.9.1", "2.10.0", "2.11.0"):
         got = cells[f"classic_ops@b2.13.0~r{runtime}-cpu"]
@@ -84,9 +98,9 @@ def test_default_matrix_keeps_every_promise_then_reuses_everything(repo: Path, t
         assert cells[f"stable_basic@b2.15.0-t{target}~r{older}-cpu"]["missing_symbol"] == symbol
     lent = sum(cells[i]["status"] == "PASS" for i in host_cuda)  # cuda_ops t2.10 on 2.10.0 where the host lends
     assert results["summary"] == {
-        "kept": 42,  # 6 of them cuda_ops: its cpu cases pass, its cuda cases skip without a GPU
+        "kept": 80,  # 12 of them cuda_ops: its cpu cases pass, its cuda cases skip without a GPU; 31 on 3.10/3.13
         "broken": 0,
-        "expected_failure": 41 - lent,  # 8 of cuda_ops: no-cuda on 2.13.0+cpu, cuda-major or T > R elsewhere
+        "expected_failure": 63 - lent,  # 10 of cuda_ops: no-cuda on 2.13.0+cpu, cuda-major or T > R elsewhere
         "unexpected_pass": 2 + lent,
         "skipped": 0,
         "error": 0,
@@ -97,4 +111,4 @@ def test_default_matrix_keeps_every_promise_then_reuses_everything(repo: Path, t
         "run", "--matrix", repo / "matrix.yaml", "--reports-dir", tmp_path / "reports", "-k", "r2.10.0", cwd=tmp_path
     )
     assert second.returncode == 0, second.stdout
-    assert "created" not in second.stdout and second.stdout.count("(cached)") == 12, second.stdout
+    assert "created" not in second.stdout and second.stdout.count("(cached)") == 13, second.stdout
