@@ -135,7 +135,7 @@ def test_an_env_made_before_fingerprints_is_proven_against_RECORD_and_reused_not
     second = harness("-v", *workspace.args(), cwd=workspace.root, env=workspace.env)
     assert second.returncode == 0, second.stdout
     assert "has no fingerprint yet: hashing its files against RECORD once" in second.stdout
-    assert "env torch 2.13.0+cpu (cpu): reused" in second.stdout
+    assert "env torch 2.13.0+cpu (cpu, python 3.11): reused" in second.stdout
     assert integrity.load(fingerprint) is not None
 
 
