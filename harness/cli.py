@@ -271,6 +271,12 @@ def parser() -> argparse.ArgumentParser:
         help="a cuda cell that finds no GPU is an ERROR (exit 3), not SKIPPED: for GPU runners",
     )
     run.add_argument(
+        "--require-toolchain",
+        action="store_true",
+        help="a build this machine lacks the C++ compiler, nvcc or CUDA headers for is an ERROR (exit 3), not "
+        "SKIPPED (default: SKIPPED with the reason and the fix; --require-gpu implies it)",
+    )
+    run.add_argument(
         "--executor",
         choices=["forkserver", "fresh"],
         default=None,
@@ -452,6 +458,9 @@ class ConsoleObserver:
         how = "cached" if result.cached else f"{result.seconds:.1f} s"
         if result.ok:
             state = "[green]built[/]"
+        elif result.toolchain is not None:
+            why = "this machine lacks its toolchain: the machine's trouble, not the extension's"
+            state = f"[dim]NOT BUILT ({why})[/]: {escape(result.reason)}"
         elif result.infrastructure:
             state = f"[bold magenta]NOT BUILT[/] (not the extension's fault; not cached): {escape(result.reason)}"
         else:
@@ -601,6 +610,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         cell_timeout=args.timeout,
         require_gpu=args.require_gpu,
         rerun_broken=args.rerun_broken,
+        require_toolchain=args.require_toolchain or args.require_gpu,
     )
     baseline = load_run(args.baseline) if args.baseline else None  # a bad baseline fails before any work
     if args.executor and args.backend != "venv":

@@ -62,6 +62,7 @@ class RunOptions:
     cell_timeout: float | None = None  # overrides the matrix's settings.cell_timeout
     require_gpu: bool = False  # a cuda cell with no GPU is an ERROR, not SKIPPED (GPU runners)
     rerun_broken: int = 0  # run a broken cell again up to this many times; one that then keeps its promise is flaky
+    require_toolchain: bool = False  # a build the machine lacks compiler/nvcc/CUDA headers for: ERROR, not SKIPPED
 
 
 def make_backend(
@@ -397,6 +398,10 @@ class Pipeline:
         prediction: Prediction | None,
         expectation: Promise | None,
     ) -> CellResult:
+        if build.toolchain is not None:  # the machine's trouble, never the extension's
+            if self.options.require_toolchain:
+                return self.unrun(cell, build, f"--require-toolchain: {build.reason}", runtime, run_dir, expectation)
+            return self.unrun(cell, build, build.reason, runtime, run_dir, expectation, status=Status.SKIPPED)
         if not build.ok:
             status = Status.ERROR if build.infrastructure else Status.BUILD_FAILED
             return self.unrun(cell, build, build.reason, runtime, run_dir, expectation, status=status)
