@@ -27,6 +27,7 @@ from harness.errors import HarnessError
 from harness.execute import CellRequest, Executor, RuntimeHandle
 from harness.files import write_json
 from harness.forkserver import ForkserverBackend
+from harness.host import HostFacts
 from harness.manifest import packaged_manifest
 from harness.plan import Build, Cell, Plan, Runtime
 from harness.predict import ArtifactImports, Predicted, Prediction, findings, predict
@@ -261,6 +262,7 @@ class Pipeline:
             runtime_order=tuple(r.id for r in self.plan.runtimes),
             interrupted=interrupted,
             plan=self.plan.identity,
+            hosts=(HostFacts.probe(),),
         )
         write_report(run, run_dir)
         point_latest(self.options.reports_dir, run_dir)
