@@ -48,7 +48,15 @@ class HostFacts:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> HostFacts:
-        return cls(**{f.name: data.get(f.name) for f in dataclasses.fields(cls)})
+        return cls(
+            os=data["os"],
+            machine=data["machine"],
+            cpus=data["cpus"],
+            glibc=data["glibc"],
+            python=data["python"],
+            compiler=data["compiler"],
+            nvcc=data["nvcc"],
+        )
 
 
 def _version_line(argv: list[str], first: bool) -> str | None:
