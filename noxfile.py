@@ -1,4 +1,8 @@
-"""Sessions: `nox -s matrix` runs the compatibility matrix; `nox -s tests` tests the harness itself."""
+"""Sessions: `nox -s matrix` runs the compatibility matrix; `nox -s tests` tests the harness itself.
+
+Plain `nox` runs the fast ones (lint, unit: about a minute); `nox -s tests` is the full tier (real
+builds and cells, docker included: ~15 minutes here), `nox -s tests -- -m 'not docker' tests` without docker.
+"""
 
 import json
 from pathlib import Path
@@ -8,7 +12,7 @@ import nox
 MANIFEST = Path(__file__).parent / "harness" / "data" / "stable_manifest.json"
 
 nox.options.default_venv_backend = "uv|virtualenv"
-nox.options.sessions = ["lint", "tests"]
+nox.options.sessions = ["lint", "unit"]
 nox.options.error_on_missing_interpreters = True
 
 
@@ -33,7 +37,7 @@ def base_image(session: nox.Session) -> None:
     session.run("python", "-m", "harness", "base-image", *session.posargs)
 
 
-@nox.session
+@nox.session(default=False)
 def tests(session: nox.Session) -> None:
     """Unit and integration tests (integration tests build and run real cross-version cells)."""
     session.install("-e", ".[test]")
@@ -58,13 +62,21 @@ def unit(session: nox.Session) -> None:
     session.run("pytest", "tests/unit", *session.posargs)
 
 
+SHELL_SCRIPTS = [".ci/run", "ci/dockerd.sh"]
+
+
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff (style, no print outside the CLI) and mypy --strict on the package."""
+    """ruff (style, no print outside the CLI), mypy --strict on the package, actionlint on the workflows
+    (with shellcheck on their run: scripts) and shellcheck on the shell scripts."""
     session.install("-e", ".[lint]")
     session.run("ruff", "check", "harness", "tests", "benchmarks", "extensions", "examples", "noxfile.py")
     session.run("ruff", "format", "--check", "harness", "tests", "benchmarks", "extensions", "examples", "noxfile.py")
     session.run("mypy")
+    session.run("shellcheck", *SHELL_SCRIPTS)
+    # actionlint runs the shellcheck above (on PATH in this session) over every run: script too.
+    workflows = sorted(str(p) for p in Path("ci").glob("*.yml"))
+    session.run("actionlint", "-config-file", ".github/actionlint.yaml", *workflows)
 
 
 @nox.session(default=False)

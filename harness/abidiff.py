@@ -9,6 +9,8 @@ from typing import Any
 from harness.errors import BadInputError
 from harness.manifest import Declaration, Manifest, scan_wheel
 
+ABI_DIFF_JSON_VERSION = 1  # `abi-diff --json`
+
 
 @dataclasses.dataclass(frozen=True)
 class Surface:
@@ -42,6 +44,7 @@ class AbiDiff:
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "schema_version": ABI_DIFF_JSON_VERSION,
             "old": self.old,
             "new": self.new,
             "breaking": self.breaking,

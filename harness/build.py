@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from harness import commands, prebuilt
+from harness import commands, prebuilt, toolchain
 from harness.envs import Env, locked
 from harness.errors import BadInputError, CommandError
 from harness.files import write_atomic, write_json
@@ -52,6 +52,9 @@ class BuildResult:
     # it is not cached, so the next run tries again.
     infrastructure: bool = False
     repaired: str | None = None  # a cached build found damaged and built again: what was wrong
+    # Not attempted: this machine lacks what the recipe needs (a compiler, nvcc, the CUDA headers). The
+    # machine's trouble, not the extension's: its cells are SKIPPED (ERROR with --require-toolchain).
+    toolchain: str | None = None
 
 
 def compiler_identity() -> str:
@@ -150,6 +153,9 @@ class Builder:
         key = cache_key(build, env, self.compiler)
         out = self.root / f"{build.id}-{key[:16]}"
         self.root.mkdir(parents=True, exist_ok=True)
+        lacking = self.lacking(build)
+        if lacking:
+            return self._unbuildable(build, out, key, lacking)
         with locked(self.root / f"{out.name}.lock"):
             cached, damage = self._load(build, out, key)
             if cached is not None:
@@ -161,6 +167,24 @@ class Builder:
             else:
                 result = self._compile(build, env, out, key)
             return dataclasses.replace(result, repaired=damage)
+
+    def lacking(self, build: Build) -> str | None:
+        """What this machine lacks to run the build's recipe, probed before it runs; None: nothing."""
+        if build.extension.wheel is not None:
+            return None
+        needs = toolchain.Needs.of(build.extension.root, build.extension.tests, frozenset(IGNORED))
+        found = toolchain.missing(needs)
+        return "; ".join(m.text() for m in found) or None
+
+    def _unbuildable(self, build: Build, out: Path, key: str, lacking: str) -> BuildResult:
+        """A build not attempted for want of a toolchain: said in its log, never cached (the next run probes again)."""
+        out.mkdir(parents=True, exist_ok=True)
+        build_log = out / "build.log"
+        write_atomic(build_log, f"not built: {lacking}\n")
+        log.warning("%s: not built: %s", build.id, lacking)
+        return BuildResult(
+            build, False, f"not built: {lacking}", None, None, build_log, 0.0, False, key, toolchain=lacking
+        )
 
     def verify(self, result: BuildResult) -> str | None:
         """None if the build's wheel and site/ are as built, else what changed (checked before every use)."""

@@ -41,6 +41,7 @@ from harness.report import (
     expected_failure_classes,
     grid_mark,
     natural_key,
+    plain_text,
 )
 from harness.rundiff import RunDiff, compare, load_run
 from harness.shard import fan_out, measured_durations, partition, shard_plan
@@ -62,6 +63,7 @@ VERDICT_STYLE = {
     Verdict.FLAKY: "bold yellow",
 }
 PLAN_JSON_VERSION = 1  # `plan --json`; checked against harness/schemas/plan.schema.json
+AUDIT_JSON_VERSION = 1  # `audit-guards --json`
 
 
 def emit_json(data: object) -> None:
@@ -168,11 +170,43 @@ def wheel_variant(text: str) -> str:
     return text.lower()
 
 
-def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="python -m harness", description=__doc__)
+EXIT_MEANING = {
+    ExitCode.OK: "every promise kept (check, abi-diff, audit-guards: no break found; diff: no new break)",
+    ExitCode.BROKEN: "a promise was broken (check: a predicted load failure; abi-diff, audit-guards: a break; "
+    "diff: a new break, or any change with --fail-on-change)",
+    ExitCode.BAD_INPUT: "bad input: an argument, the matrix, a selector, a release the sources do not serve",
+    ExitCode.INFRASTRUCTURE: "the harness or what it runs on failed (a cell ERROR, an interrupt): results incomplete",
+}
+EXIT_CODES_HELP = "exit codes:\n" + "\n".join(f"  {int(code)}  {text}" for code, text in EXIT_MEANING.items())
+VERBOSE_HELP = "-v: stages and commands; -vv: debug (before or after the command; logs go to stderr)"
+
+
+def invoked_as(argv0: str) -> str:
+    """The program's name as the person typed it: `python -m harness`, or the installed script's name."""
+    name = Path(argv0).name
+    return "python -m harness" if name in {"__main__.py", ""} else name
+
+
+def parser(prog: str = "python -m harness") -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog=prog, description=__doc__, epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     top.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    top.add_argument("-v", "--verbose", action="count", default=0, help="-v: stages and commands; -vv: debug")
+    top.add_argument("-v", "--verbose", action="count", default=0, help=VERBOSE_HELP)
     sub = top.add_subparsers(dest="command", required=True)
+    # Global options are taken after the command too (`run -v`): a parent every command shares.
+    after = argparse.ArgumentParser(add_help=False)
+    after.add_argument("-v", "--verbose", dest="verbose_after", action="count", default=0, help=VERBOSE_HELP)
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        return sub.add_parser(
+            name,
+            help=help,
+            description=help,
+            parents=[after],
+            epilog=EXIT_CODES_HELP,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX, help="the matrix file (default: %(default)s)")
@@ -237,7 +271,7 @@ def parser() -> argparse.ArgumentParser:
             help="balance shards by the cells' times in REPORT (others: the cost model); default: the cost model",
         )
 
-    run = sub.add_parser("run", help="build, run and report the matrix")
+    run = command("run", help="build, run and report the matrix")
     common(run)
     selection(run)
     run.add_argument(
@@ -271,6 +305,12 @@ def parser() -> argparse.ArgumentParser:
         help="a cuda cell that finds no GPU is an ERROR (exit 3), not SKIPPED: for GPU runners",
     )
     run.add_argument(
+        "--require-toolchain",
+        action="store_true",
+        help="a build this machine lacks the C++ compiler, nvcc or CUDA headers for is an ERROR (exit 3), not "
+        "SKIPPED (default: SKIPPED with the reason and the fix; --require-gpu implies it)",
+    )
+    run.add_argument(
         "--executor",
         choices=["forkserver", "fresh"],
         default=None,
@@ -290,13 +330,18 @@ def parser() -> argparse.ArgumentParser:
         help="docker backend, for debugging: leave each cell's container behind (stopped) instead of removing it",
     )
     run.add_argument(
+        "--json",
+        action="store_true",
+        help="results.json's document on stdout when the run ends (the progress and the grid go to stderr)",
+    )
+    run.add_argument(
         "--baseline",
         type=Path,
         default=None,
         help="a previous run (results.json or its directory): write diff.md/diff.json against it",
     )
 
-    plan = sub.add_parser("plan", help="print the selected cells and what each is promised; do nothing else")
+    plan = command("plan", help="print the selected cells and what each is promised; do nothing else")
     common(plan)
     selection(plan)
     plan.add_argument(
@@ -308,15 +353,24 @@ def parser() -> argparse.ArgumentParser:
     )
     plan.add_argument("--json", action="store_true", help="machine-readable output on stdout")
 
-    merge = sub.add_parser("merge", help="combine the reports of a plan's shards into one report")
+    merge = command("merge", help="combine the reports of a plan's shards into one report")
     merge.add_argument(
         "reports", nargs="+", type=Path, metavar="REPORT", help="a shard's results.json or reports/<run-id> directory"
     )
     merge.add_argument(
         "--reports-dir", type=Path, default=Path("reports"), help="where the merged report goes (default: %(default)s)"
     )
+    merge.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="a previous run (results.json or its directory): write diff.md/diff.json against it",
+    )
+    merge.add_argument(
+        "--json", action="store_true", help="the merged results.json's document on stdout (the grid goes to stderr)"
+    )
 
-    check = sub.add_parser("check", help="predict from ELF symbols alone where an artifact (.so or wheel) loads")
+    check = command("check", help="predict from ELF symbols alone where an artifact (.so or wheel) loads")
     check.add_argument("artifact", type=existing_file, help="a shared object or a wheel")
     check.add_argument(
         "--runtimes",
@@ -340,12 +394,12 @@ def parser() -> argparse.ArgumentParser:
     )
     check.add_argument("--json", action="store_true", help="machine-readable output on stdout")
 
-    abi = sub.add_parser("abi-diff", help="stable exports and declarations removed, added or changed between releases")
+    abi = command("abi-diff", help="stable exports and declarations removed, added or changed between releases")
     abi.add_argument("old", help="a release ('2.14' or '2.14.1') or a torch wheel")
     abi.add_argument("new", help="a release or a torch wheel (e.g. a release candidate)")
     abi.add_argument("--json", action="store_true", help="machine-readable output on stdout")
 
-    rundiff = sub.add_parser("diff", help="compare a run with a baseline run: new breaks, fixes, changes")
+    rundiff = command("diff", help="compare a run with a baseline run: new breaks, fixes, changes")
     rundiff.add_argument("baseline", type=Path, help="results.json or a reports/<run-id> directory")
     rundiff.add_argument("current", type=Path, help="results.json or a reports/<run-id> directory")
     rundiff.add_argument("--json", action="store_true", help="machine-readable output on stdout")
@@ -355,9 +409,7 @@ def parser() -> argparse.ArgumentParser:
         help="exit 1 on any difference in cells or statuses, not only new breaks (e.g. venv vs docker parity)",
     )
 
-    audit = sub.add_parser(
-        "audit-guards", help="declarations visible at a target that the target release does not export"
-    )
+    audit = command("audit-guards", help="declarations visible at a target that the target release does not export")
     audit.add_argument("release", help="the release whose headers are audited, e.g. 2.12.1")
     audit.add_argument(
         "--min-target",
@@ -374,13 +426,13 @@ def parser() -> argparse.ArgumentParser:
     audit.add_argument("--no-probe", action="store_true", help="skip the compile probes")
     audit.add_argument("--json", action="store_true", help="machine-readable output on stdout")
 
-    base = sub.add_parser(
+    base = command(
         "base-image", help="docker backend: make (once) the base image cells run in, with debootstrap; print its name"
     )
     base.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX, help="the matrix file (default: %(default)s)")
     base.add_argument("--cache-dir", type=Path, default=None, help="working space (default: the user cache dir)")
 
-    found = sub.add_parser(
+    found = command(
         "runtimes",
         help="list the torch releases x Pythons x variants the package sources serve (reads listings, no wheel)",
     )
@@ -438,9 +490,53 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+def on_github() -> bool:
+    """Running as a GitHub Actions step: its log folds groups and shows ::error:: lines as annotations."""
+    return os.environ.get("GITHUB_ACTIONS") == "true"
+
+
+def workflow_command(name: str, message: str, **properties: str) -> str:
+    """One GitHub Actions workflow command line (`::error title=...::message`), escaped as the runner reads it."""
+
+    def data(text: str) -> str:
+        return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+    def prop(text: str) -> str:
+        return data(text).replace(":", "%3A").replace(",", "%2C")
+
+    props = ",".join(f"{key}={prop(value)}" for key, value in properties.items())
+    return f"::{name}{' ' + props if props else ''}::{data(message)}"
+
+
+def annotate(run: RunResult) -> None:
+    """On GitHub Actions, each broken or errored cell as an annotation on the run's page (flaky as a warning)."""
+    if not on_github():
+        return
+    kinds = {Verdict.BROKEN: "error", Verdict.ERROR: "error", Verdict.FLAKY: "warning"}
+    for cell in sorted(run.cells, key=lambda c: natural_key(c.id)):
+        if cell.verdict in kinds:
+            title = f"{cell.verdict.value} cell"
+            line = workflow_command(kinds[cell.verdict], f"{cell.id}: {cell.status.value}: {cell.reason}", title=title)
+            console.out(plain_text(line), highlight=False)
+
+
 class ConsoleObserver:
+    def __init__(self) -> None:
+        self.folded = False  # a GitHub log group is open
+
     def stage(self, name: str, detail: str) -> None:
+        if on_github():
+            self.close()
+            console.out(f"::group::== {name}: {plain_text(detail)}", highlight=False)
+            self.folded = True
+            return
         console.print(f"[bold]== {name}[/]: {detail}")
+
+    def close(self) -> None:
+        """End the open GitHub log group (before the grid, which is never folded)."""
+        if self.folded:
+            console.out("::endgroup::", highlight=False)
+            self.folded = False
 
     def env_ready(self, env: Env) -> None:
         how = "reused" if env.reused else f"created in {env.created_seconds:.1f} s"
@@ -452,6 +548,9 @@ class ConsoleObserver:
         how = "cached" if result.cached else f"{result.seconds:.1f} s"
         if result.ok:
             state = "[green]built[/]"
+        elif result.toolchain is not None:
+            why = "this machine lacks its toolchain: the machine's trouble, not the extension's"
+            state = f"[dim]NOT BUILT ({why})[/]: {escape(result.reason)}"
         elif result.infrastructure:
             state = f"[bold magenta]NOT BUILT[/] (not the extension's fault; not cached): {escape(result.reason)}"
         else:
@@ -601,6 +700,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         cell_timeout=args.timeout,
         require_gpu=args.require_gpu,
         rerun_broken=args.rerun_broken,
+        require_toolchain=args.require_toolchain or args.require_gpu,
     )
     baseline = load_run(args.baseline) if args.baseline else None  # a bad baseline fails before any work
     if args.executor and args.backend != "venv":
@@ -612,24 +712,36 @@ def cmd_run(args: argparse.Namespace) -> int:
     how = f"{executor} processes" if args.backend == "venv" else "one container per cell"
     shard = f", shard {plan.shard} of {len(plan.unsharded or ())}" if plan.shard else ""
     print_preamble(plan, f"(backend {args.backend}, {how}, {args.jobs} at a time{shard})")
+    observer = ConsoleObserver()
     try:
-        run, run_dir = Pipeline(plan, options, ConsoleObserver(), backend).execute()
+        run, run_dir = Pipeline(plan, options, observer, backend).execute()
     except ReportError as exc:  # the results are in hand: show them, then say what could not be written
+        observer.close()
         print_grid(exc.run)
         raise
+    observer.close()
     print_grid(run)
+    annotate(run)
     if baseline is not None:
-        result = compare(baseline, run)
-        (run_dir / "diff.md").write_text(result.markdown())
-        (run_dir / "diff.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
-        print_diff(result)
-    return finish(run, run_dir)
+        write_diff(compare(baseline, run), run_dir)
+    code = finish(run, run_dir)
+    if args.json:
+        emit_json(run.to_json())
+    return code
+
+
+def write_diff(result: RunDiff, run_dir: Path) -> None:
+    """--baseline: diff.md and diff.json beside the report, and the diff on the terminal."""
+    (run_dir / "diff.md").write_text(result.markdown())
+    (run_dir / "diff.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
+    print_diff(result)
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
     from harness.merge import merge_reports
 
     writable_dir(args.reports_dir, "--reports-dir")
+    baseline = load_run(args.baseline) if args.baseline else None  # a bad baseline fails before any work
     try:
         merged = merge_reports(args.reports, args.reports_dir)
     except ReportError as exc:
@@ -641,11 +753,17 @@ def cmd_merge(args: argparse.Namespace) -> int:
         f"backend {run.backend}"
     )
     print_grid(run)
+    annotate(run)
     if merged.skipped:
         console.print(f"[yellow]{len(merged.skipped)} file(s) of the shards not copied[/] (links, special or huge):")
         for item in merged.skipped:
             console.print(f"   {escape(item)}")
-    return finish(run, merged.run_dir)
+    if baseline is not None:
+        write_diff(compare(baseline, run), merged.run_dir)
+    code = finish(run, merged.run_dir)
+    if args.json:
+        emit_json(run.to_json())
+    return code
 
 
 def print_diff(result: RunDiff) -> None:
@@ -886,6 +1004,7 @@ def cmd_audit_guards(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(
             {
+                "schema_version": AUDIT_JSON_VERSION,
                 "release": release,
                 "min_target": str(args.min_target),
                 "probed": probed,
@@ -981,12 +1100,17 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    level = {0: logging.WARNING, 1: logging.INFO}.get(args.verbose, logging.DEBUG)
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    """Data (JSON, the grid, a listing) on stdout; errors, warnings and logs on stderr. With --json, stdout holds
+    the JSON document alone: every human line goes to stderr."""
+    args = parser(invoked_as(sys.argv[0]) if argv is None else "python -m harness").parse_args(argv)
+    verbosity = args.verbose + args.verbose_after
+    level = {0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")  # on stderr
     # A CI job that is cancelled gets SIGTERM: stop like on Ctrl-C, so cells and containers are
     # killed and the report is still written.
     signal.signal(signal.SIGTERM, _interrupt)
+    if getattr(args, "json", False):
+        console.file = sys.stderr
     try:
         commands = {
             "run": cmd_run,
@@ -1001,17 +1125,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
         return commands[args.command](args)
     except HarnessError as exc:
-        # `runtimes` prints YAML and JSON meant to be pasted or parsed: its errors go to stderr.
-        # (The older commands print theirs on stdout, where their tests read them.)
-        (notes if args.command == "runtimes" else console).print(
-            f"[bold red]error[/]: {escape(str(exc))}", soft_wrap=True
-        )
+        notes.print(f"[bold red]error[/]: {escape(str(exc))}", soft_wrap=True)
         return int(exc.exit_code)
     except KeyboardInterrupt:
-        console.print("[bold red]interrupted[/] before any cell ran; nothing was reported")
+        notes.print("[bold red]interrupted[/] before any cell ran; nothing was reported")
         return int(ExitCode.INFRASTRUCTURE)
     except Exception as exc:  # never let a harness bug exit 1, which means "a promise was broken"
         logging.getLogger("harness").debug("internal error", exc_info=True)
         message = f"{type(exc).__name__}: {escape(str(exc))}"
-        console.print(f"[bold red]internal error[/]: {message} (run with -vv for the traceback)")
+        notes.print(f"[bold red]internal error[/]: {message} (run with -vv for the traceback)")
         return int(ExitCode.INFRASTRUCTURE)
+    finally:
+        console.file = None  # type: ignore[assignment]  # back to sys.stdout, whatever it is then

@@ -10,7 +10,6 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import datetime
-import fcntl
 import hashlib
 import json
 import logging
@@ -321,6 +320,11 @@ class EnvManager:
 
 @contextlib.contextmanager
 def locked(lock_path: Path) -> Iterator[None]:
+    """An exclusive lock on lock_path, held while the block runs (waiting for another run's if need be).
+    fcntl is imported here, where it is used: `check`, `abi-diff` and `audit-guards` import this module and
+    run on any OS; environments are made on POSIX only."""
+    import fcntl
+
     with open(lock_path, "a+") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -142,6 +142,7 @@ def combine(shards: Sequence[ShardReport], plan: PlanIdentity, run_id: str) -> R
         runtime_order=tuple(dict.fromkeys(t for r in runs for t in r.runtime_order)),
         interrupted=any(r.interrupted for r in runs),
         plan=plan,
+        hosts=tuple(dict.fromkeys(h for r in runs for h in r.hosts)),
     )
 
 

@@ -27,6 +27,7 @@ from harness.errors import HarnessError
 from harness.execute import CellRequest, Executor, RuntimeHandle
 from harness.files import write_json
 from harness.forkserver import ForkserverBackend
+from harness.host import HostFacts
 from harness.manifest import packaged_manifest
 from harness.plan import Build, Cell, Plan, Runtime
 from harness.predict import ArtifactImports, Predicted, Prediction, findings, predict
@@ -62,6 +63,7 @@ class RunOptions:
     cell_timeout: float | None = None  # overrides the matrix's settings.cell_timeout
     require_gpu: bool = False  # a cuda cell with no GPU is an ERROR, not SKIPPED (GPU runners)
     rerun_broken: int = 0  # run a broken cell again up to this many times; one that then keeps its promise is flaky
+    require_toolchain: bool = False  # a build the machine lacks compiler/nvcc/CUDA headers for: ERROR, not SKIPPED
 
 
 def make_backend(
@@ -260,6 +262,7 @@ class Pipeline:
             runtime_order=tuple(r.id for r in self.plan.runtimes),
             interrupted=interrupted,
             plan=self.plan.identity,
+            hosts=(HostFacts.probe(),),
         )
         write_report(run, run_dir)
         point_latest(self.options.reports_dir, run_dir)
@@ -397,6 +400,10 @@ class Pipeline:
         prediction: Prediction | None,
         expectation: Promise | None,
     ) -> CellResult:
+        if build.toolchain is not None:  # the machine's trouble, never the extension's
+            if self.options.require_toolchain:
+                return self.unrun(cell, build, f"--require-toolchain: {build.reason}", runtime, run_dir, expectation)
+            return self.unrun(cell, build, build.reason, runtime, run_dir, expectation, status=Status.SKIPPED)
         if not build.ok:
             status = Status.ERROR if build.infrastructure else Status.BUILD_FAILED
             return self.unrun(cell, build, build.reason, runtime, run_dir, expectation, status=status)

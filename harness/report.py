@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import html
 import json
 import re
 import xml.etree.ElementTree as ET
@@ -14,6 +15,7 @@ from harness.collect import CaseCounts, DocDifference
 from harness.errors import ExitCode, InfrastructureError
 from harness.files import write_atomic
 from harness.grid import Grid
+from harness.host import HostFacts
 from harness.plan import Cell, PlanIdentity
 from harness.status import CONDITION_MEANING, Condition, Status
 from harness.verdict import KEEPS_PROMISE, Expected, Promise, Verdict, judge, promise
@@ -21,8 +23,8 @@ from harness.verdict import KEEPS_PROMISE, Expected, Promise, Verdict, judge, pr
 # 2: each cell has its static prediction and findings; 3: and its doc_differences; 4: the run's plan identity
 # (digest, every cell of the plan, the shard), each cell's attempts (--rerun-broken), the flaky verdict,
 # each cell's expected_class (the condition that decided its promise) and its prediction's unmet conditions;
-# 5: the Python of each cell's build and runtime.
-RESULTS_SCHEMA_VERSION = 5
+# 5: the Python of each cell's build and runtime; 6: the hosts the run ran on (OS, glibc, compiler, nvcc).
+RESULTS_SCHEMA_VERSION = 6
 
 VERDICT_SYMBOL = {
     Verdict.KEPT: "✅",
@@ -252,6 +254,7 @@ class RunResult:
     runtime_order: tuple[str, ...]
     interrupted: bool = False
     plan: PlanIdentity | None = None  # None only in results.json older than version 4
+    hosts: tuple[HostFacts, ...] = ()  # the machines it ran on (a merge: each shard's); empty before version 6
 
     @property
     def exit_code(self) -> ExitCode:
@@ -289,7 +292,8 @@ class RunResult:
             "summary": self.counts(),
             "builds": list(self.build_order),
             "runtimes": list(self.runtime_order),
-            "cells": [c.to_json() for c in sorted(self.cells, key=lambda c: c.id)],
+            "hosts": [h.to_json() for h in self.hosts],
+            "cells": [c.to_json() for c in sorted(self.cells, key=lambda c: natural_key(c.id))],
         }
 
     @classmethod
@@ -307,6 +311,7 @@ class RunResult:
             runtime_order=tuple(data["runtimes"]),
             interrupted=data["interrupted"],
             plan=PlanIdentity.from_json(data["plan"]) if data.get("plan") else None,  # from 4
+            hosts=tuple(HostFacts.from_json(h) for h in data.get("hosts", ())),  # from 6
         )
 
 
@@ -354,7 +359,7 @@ def summary_markdown(run: RunResult) -> str:
         f"{predicted} cells were predicted from ELF symbols before running; {verdict_line}",
         "",
     ]
-    lines += [f"- {FINDING_MARK} `{c.id}`: {f}" for c in findings for f in c.findings]
+    lines += [f"- {FINDING_MARK} `{c.id}`: {md_text(f)}" for c in findings for f in c.findings]
     lines.append("")
     lines += doc_differences_markdown(run.cells)
     explained = [
@@ -367,9 +372,10 @@ def summary_markdown(run: RunResult) -> str:
         for cell in explained:
             lines.append(
                 f"- {VERDICT_SYMBOL[cell.verdict]} `{cell.id}`: **{cell.status.value}** ({cell.verdict.value}): "
-                f"{cell.reason} (expected {cell.expected.value}{_class_of(cell)}: {cell.expected_why})"
+                f"{md_text(cell.reason)} "
+                f"(expected {cell.expected.value}{_class_of(cell)}: {md_text(cell.expected_why)})"
             )
-            lines += [f"  - {a.line(n)}" for n, a in enumerate(cell.attempts, 1)]
+            lines += [f"  - {md_text(a.line(n))}" for n, a in enumerate(cell.attempts, 1)]
         lines.append("")
     return "\n".join(lines)
 
@@ -377,6 +383,31 @@ def summary_markdown(run: RunResult) -> str:
 def grid_mark(cell: CellResult) -> str:
     """A cell in the grid: its verdict's symbol and a word for its status (✅ pass, ⛔ load)."""
     return f"{VERDICT_SYMBOL[cell.verdict]} {STATUS_SHORT[cell.status]}"
+
+
+# ANSI escape sequences (a coloured compiler error: ESC [ 3 1 m) and the C0/C1 control characters
+# besides tab and newline. XML 1.0 allows none of them: one in a reason made junit.xml unparseable.
+ANSI_ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
+MARKDOWN_SPECIAL = re.compile(r"([\\`*\[\]|~])|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")
+
+
+def plain_text(text: str) -> str:
+    """Text from a cell (a compiler's error, a test's message) without escape sequences or control characters."""
+    return CONTROL.sub("", ANSI_ESCAPE.sub("", text))
+
+
+def md_text(text: str) -> str:
+    """Text from a cell as one line of markdown that renders as written: HTML (`<header>`) as text, markdown's
+    punctuation escaped, control characters dropped."""
+    one_line = " ".join(plain_text(text).replace("\r", "\n").split("\n"))
+    escaped = html.escape(one_line, quote=False)
+    return MARKDOWN_SPECIAL.sub(lambda m: "\\" + m.group(0), escaped)
+
+
+def md_code(text: str) -> str:
+    """Text from a cell as a markdown code span: no backtick or line break can end it early."""
+    return "`" + " ".join(plain_text(text).replace("`", "'").split()) + "`"
 
 
 def natural_key(text: str) -> tuple[str | int, ...]:
@@ -410,7 +441,7 @@ class ClassGroup:
         return f"{meaning} ({self.cells} cell(s): {shown})"
 
     def markdown(self) -> str:
-        return f"**{self.name}**: {self.text()}"
+        return f"**{self.name}**: {md_text(self.text())}"
 
 
 def expected_failure_classes(cells: Sequence[CellResult]) -> list[ClassGroup]:
@@ -447,8 +478,8 @@ def doc_differences_markdown(cells: Sequence[CellResult]) -> list[str]:
         # The other cells whose suite could have seen it: same extension, and its tests ran.
         unseen = [c for c in cells if c.extension in extensions and c not in seen_cells and c.tests.total]
         tests = sorted({t for _, d in seen for t in d.tests})
-        shown = ", ".join(f"`{t}`" for t in tests[:3]) + (f" (+{len(tests) - 3} more)" if len(tests) > 3 else "")
-        lines += [f"### `{key}`", "", *(f"> {text}" for text in sorted({d.text for _, d in seen})), ""]
+        shown = ", ".join(md_code(t) for t in tests[:3]) + (f" (+{len(tests) - 3} more)" if len(tests) > 3 else "")
+        lines += [f"### {md_code(key)}", "", *(f"> {md_text(text)}" for text in sorted({d.text for _, d in seen})), ""]
         lines.append(f"- seen in {len(seen_cells)} cell(s): {_where(seen_cells)}")
         elsewhere = f": {_where(unseen)}" if unseen else ""
         lines.append(f"- not seen in {len(unseen)} other cell(s) of the same suite{elsewhere}")
@@ -470,7 +501,7 @@ def _release_key(version: str) -> tuple[int, ...]:
 def junit_xml(run: RunResult) -> str:
     suite = ET.Element("testsuite", name="torch-stable-abi-matrix", tests=str(len(run.cells)))
     failures = errors = skipped = 0
-    for cell in sorted(run.cells, key=lambda c: c.id):
+    for cell in sorted(run.cells, key=lambda c: natural_key(c.id)):
         case = ET.SubElement(
             suite,
             "testcase",
@@ -478,10 +509,10 @@ def junit_xml(run: RunResult) -> str:
             name=cell.runtime_id,
             time=f"{cell.durations.get('total') or 0:.3f}",
         )
-        message = f"{cell.status.value}: {cell.reason}"
+        message = plain_text(f"{cell.status.value}: {cell.reason}")
         if cell.verdict is Verdict.BROKEN:
             failures += 1
-            ET.SubElement(case, "failure", message=message, type=cell.status.value).text = cell.expected_why
+            ET.SubElement(case, "failure", message=message, type=cell.status.value).text = plain_text(cell.expected_why)
             _reruns(case, cell.attempts[1:], "rerun")
         elif cell.verdict is Verdict.FLAKY:  # passed, with each failed attempt as Maven Surefire writes it
             _reruns(case, cell.attempts[:-1], "flaky")
@@ -506,9 +537,9 @@ def _reruns(case: ET.Element, attempts: Sequence[Attempt], kind: str) -> None:
     for attempt in attempts:
         tag = f"{kind}Error" if attempt.verdict is Verdict.ERROR else f"{kind}Failure"
         element = ET.SubElement(
-            case, tag, message=f"{attempt.status.value}: {attempt.reason}", type=attempt.status.value
+            case, tag, message=plain_text(f"{attempt.status.value}: {attempt.reason}"), type=attempt.status.value
         )
-        ET.SubElement(element, "system-out").text = attempt.logs.get("stdout", "")
+        ET.SubElement(element, "system-out").text = plain_text(attempt.logs.get("stdout", ""))
 
 
 def write_report(run: RunResult, out_dir: Path) -> dict[str, Path]:

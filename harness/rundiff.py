@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import BadInputError
-from harness.report import CellResult, RunResult, load_results
+from harness.report import CellResult, RunResult, load_results, md_text, natural_key
 from harness.verdict import Verdict
 
+DIFF_JSON_VERSION = 1  # `diff --json` and diff.json
 GOOD = {Verdict.KEPT, Verdict.EXPECTED_FAILURE, Verdict.UNEXPECTED_PASS}
 
 
@@ -36,6 +37,7 @@ class RunDiff:
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "schema_version": DIFF_JSON_VERSION,
             "baseline": self.baseline,
             "current": self.current,
             "new_breaks": [c.to_json() for c in self.new_breaks],
@@ -46,13 +48,13 @@ class RunDiff:
         }
 
     def markdown(self) -> str:
-        lines = [f"# Against baseline {self.baseline}", ""]
+        lines = [f"# Against baseline {md_text(self.baseline)}", ""]
         if not (self.new_breaks or self.fixed or self.changed or self.added or self.removed):
             return "\n".join([*lines, "No cell changed.", ""])
         for title, changes in (("New breaks", self.new_breaks), ("Fixed", self.fixed), ("Changed", self.changed)):
             if changes:
                 lines += [f"## {title} ({len(changes)})", ""]
-                lines += [f"- `{c.id}`: {c.before} -> **{c.after}**: {c.reason}" for c in changes]
+                lines += [f"- `{c.id}`: {c.before} -> **{c.after}**: {md_text(c.reason)}" for c in changes]
                 lines.append("")
         for title, ids in (("New cells", self.added), ("Cells no longer run", self.removed)):
             if ids:
@@ -90,7 +92,7 @@ def compare(baseline: RunResult, current: RunResult) -> RunDiff:
     new_breaks: list[CellChange] = []
     fixed: list[CellChange] = []
     changed: list[CellChange] = []
-    for cell_id in sorted(after):
+    for cell_id in sorted(after, key=natural_key):
         now = after[cell_id]
         old = before.get(cell_id)
         if old is None:
@@ -115,6 +117,6 @@ def compare(baseline: RunResult, current: RunResult) -> RunDiff:
         new_breaks=tuple(new_breaks),
         fixed=tuple(fixed),
         changed=tuple(changed),
-        added=tuple(sorted(set(after) - set(before))),
-        removed=tuple(sorted(set(before) - set(after))),
+        added=tuple(sorted(set(after) - set(before), key=natural_key)),
+        removed=tuple(sorted(set(before) - set(after), key=natural_key)),
     )

@@ -95,6 +95,35 @@ def _check_expansion(path: Path, root: yaml.Node) -> None:
         )
 
 
+def _duplicate_keys(node: yaml.Node) -> list[str]:
+    """Every key given twice in one mapping, with both lines. YAML keeps the last silently, so a runtime
+    written twice under one entry (`torch:` then `torch:` again) would quietly lose the first."""
+    problems: list[str] = []
+    seen_nodes: set[int] = set()
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if id(current) in seen_nodes:  # an alias: checked where it was defined
+            continue
+        seen_nodes.add(id(current))
+        if isinstance(current, yaml.MappingNode):
+            first: dict[str, int] = {}
+            for key, value in current.value:
+                if isinstance(key, yaml.ScalarNode) and key.value != "<<":
+                    line = key.start_mark.line + 1
+                    if key.value in first:
+                        problems.append(
+                            f"line {line}: key {key.value!r} given again (first at line {first[key.value]}); "
+                            "YAML would keep only the last: remove one"
+                        )
+                    else:
+                        first[key.value] = line
+                stack += [key, value]
+        elif isinstance(current, yaml.SequenceNode):
+            stack += current.value
+    return sorted(problems, key=lambda p: int(p.split(":")[0].removeprefix("line ")))
+
+
 class Document:
     """A parsed YAML file with a line number for every key path."""
 
@@ -123,6 +152,9 @@ class Document:
             node = loader.get_single_node()
             if node is not None:
                 _check_expansion(path, node)
+                duplicates = _duplicate_keys(node)
+                if duplicates:
+                    raise ConfigError(path, duplicates)
             data = loader.construct_document(node) if node is not None else None
         except RecursionError as exc:  # the composer and every reader of the tree recurse per level
             raise ConfigError(path, ["nested too deeply to be a matrix or extension file"]) from exc

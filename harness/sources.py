@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-import configparser
+import ast
 import dataclasses
+import functools
+import logging
 import os
 import shutil
+import subprocess
 import sys
 import threading
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 
 from harness.config import Sources
 from harness.errors import InfrastructureError
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,36 +50,50 @@ class ResolvedSources:
         return ", ".join(parts)
 
 
-def pip_config_files(environ: Mapping[str, str]) -> list[Path]:
-    """pip's configuration files, lowest priority first (as `pip config debug` lists them)."""
-    home = Path(environ.get("HOME", "~")).expanduser()
-    xdg_dirs = environ.get("XDG_CONFIG_DIRS", "/etc/xdg").split(os.pathsep)
-    files = [Path(d) / "pip" / "pip.conf" for d in xdg_dirs] + [Path("/etc/pip.conf")]
-    files += [home / ".pip" / "pip.conf", Path(environ.get("XDG_CONFIG_HOME", home / ".config")) / "pip" / "pip.conf"]
-    files.append(Path(sys.prefix) / "pip.conf")
-    if "PIP_CONFIG_FILE" in environ:
-        files.append(Path(environ["PIP_CONFIG_FILE"]))
-    return files
+PIP_KEYS = ("index-url", "extra-index-url", "find-links")
+PIP_PRIORITY = (":env:", "install", "global")  # a PIP_* variable, then pip install's section, then [global]
 
 
 def read_pip_config(environ: Mapping[str, str]) -> dict[str, list[str]]:
-    """index-url, extra-index-url and find-links from pip's files and PIP_* variables."""
-    wanted = ("index-url", "extra-index-url", "find-links")
-    found: dict[str, list[str]] = {}
-    for path in pip_config_files(environ):
-        parser = configparser.RawConfigParser()
-        try:
-            parser.read(path)
-        except (OSError, configparser.Error):
+    """index-url, extra-index-url and find-links as pip itself reads them (`pip config list` under environ):
+    its files in its order, PIP_CONFIG_FILE (os.devnull: no file at all) and the PIP_* variables."""
+    return {key: list(values) for key, values in _pip_config(tuple(sorted(environ.items()))).items()}
+
+
+@functools.lru_cache(maxsize=8)
+def _pip_config(environ: tuple[tuple[str, str], ...]) -> dict[str, tuple[str, ...]]:
+    argv = [sys.executable, "-m", "pip", "config", "list"]
+    log.debug("pip's configuration: %s", " ".join(argv))
+    try:
+        proc = subprocess.run(argv, env=dict(environ), capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.warning("pip's configuration not read (%s): its indexes and find-links are not used", exc)
+        return {}
+    if proc.returncode != 0:
+        log.warning(
+            "pip's configuration not read (`%s` exited %d: %s): its indexes and find-links are not used",
+            " ".join(argv),
+            proc.returncode,
+            proc.stderr.strip()[-300:],
+        )
+        return {}
+    by_key: dict[str, dict[str, str]] = {}
+    for line in proc.stdout.splitlines():  # section.key='value', one a line
+        name, sep, written = line.partition("=")
+        section, _, key = name.strip().rpartition(".")
+        if not sep or key not in PIP_KEYS:
             continue
-        for section in ("global", "install"):
-            for key in wanted:
-                if parser.has_option(section, key):
-                    found[key] = parser.get(section, key).split()
-    for key in wanted:
-        env_key = "PIP_" + key.upper().replace("-", "_")
-        if environ.get(env_key):
-            found[key] = environ[env_key].split()
+        try:
+            value = ast.literal_eval(written.strip())
+        except (ValueError, SyntaxError):
+            value = written.strip()
+        by_key.setdefault(key, {})[section] = str(value)
+    found: dict[str, tuple[str, ...]] = {}
+    for key, sections in by_key.items():
+        for section in PIP_PRIORITY:
+            if section in sections:
+                found[key] = tuple(sections[section].split())
+                break
     return found
 
 

@@ -41,6 +41,6 @@ def test_executor_is_for_the_venv_backend(tmp_path: Path, capsys: pytest.Capture
     reports = tmp_path / "reports"
     code = main(["run", "--backend", "docker", "--executor", "fresh", "--reports-dir", str(reports)])
     assert code == 2
-    assert "--executor fresh is for the venv backend" in capsys.readouterr().out
+    assert "--executor fresh is for the venv backend" in capsys.readouterr().err
     assert not reports.exists()  # refused before any work
     assert parser().parse_args(["run"]).executor is None  # the venv backend's default: forkserver

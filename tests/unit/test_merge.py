@@ -223,3 +223,25 @@ def test_the_attempts_of_a_cell_run_again_are_copied_too(plan: Plan, shards: lis
     merged = merge_reports(shards, tmp_path / "merged")
     assert (merged.run_dir / "attempt-2" / cell["id"] / "stdout.log").read_text() == "the second attempt\n"
     assert not merged.skipped
+
+
+def test_merge_diffs_against_a_baseline_and_prints_json(
+    plan: Plan, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The nightly's `merge --baseline <previous nightly>`: diff.md/diff.json beside the merged report."""
+    baseline = write_run(plan, tmp_path / "previous")
+    first = shard_plan(plan, Shard(1, 2))
+    broken = write_run(first, tmp_path / "a")
+    data = json.loads((broken / "results.json").read_text())
+    data["cells"][0] |= {"status": "TEST_FAILED", "verdict": "broken", "expected": "pass", "reason": "<b>oops</b>"}
+    (broken / "results.json").write_text(json.dumps(data))
+    second = write_run(shard_plan(plan, Shard(2, 2)), tmp_path / "b")
+    argv = ["merge", str(broken), str(second), "--reports-dir", str(tmp_path / "m"), "--baseline", str(baseline)]
+    assert main([*argv, "--json"]) == 1
+    out, err = capsys.readouterr()
+    verdicts = {c["id"]: c["verdict"] for c in json.loads(out)["cells"]}
+    assert verdicts[data["cells"][0]["id"]] == "broken" and "1 new break(s)" in err
+    diff = json.loads((tmp_path / "m" / "latest" / "diff.json").read_text())
+    assert diff["schema_version"] == 1 and [c["id"] for c in diff["new_breaks"]] == [data["cells"][0]["id"]]
+    markdown = (tmp_path / "m" / "latest" / "diff.md").read_text()
+    assert "&lt;b&gt;oops&lt;/b&gt;" in markdown and "<b>" not in markdown

@@ -66,7 +66,8 @@ def test_a_report_without_failures_reruns_nothing(repo: Path, report: Path, caps
 
 def test_a_bad_report_is_bad_input(repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["plan", "--matrix", str(repo / "matrix.yaml"), "--rerun-failed", str(tmp_path)])
-    assert code == 2 and "no such results file" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert code == 2 and "no such results file" in err and not out  # errors on stderr, never on stdout
 
 
 def test_failed_ids_are_broken_and_error_only() -> None:

@@ -2,6 +2,7 @@
 
 import http.server
 import json
+import os
 import socket
 import threading
 from collections.abc import Iterator
@@ -413,7 +414,7 @@ def test_no_matrix_here_means_the_default_sources(
     matrix_dir: Path, file_index: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     (matrix_dir / "matrix.yaml").unlink(missing_ok=True)
-    monkeypatch.setattr("harness.sources.pip_config_files", lambda environ: [])  # not this machine's pip.conf
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)  # not this machine's pip.conf (pip then reads no file)
     for name in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("UV_INDEX_URL", file_index)

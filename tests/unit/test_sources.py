@@ -1,3 +1,4 @@
+import os
 from pathlib import Path
 
 from harness.config import Sources
@@ -30,6 +31,20 @@ def test_pip_environment_variables_win_over_files(tmp_path: Path) -> None:
     conf.write_text("[install]\nindex-url = https://from-file/simple\n")
     environ = {"HOME": str(tmp_path), "PIP_CONFIG_FILE": str(conf), "PIP_INDEX_URL": "https://from-env/simple"}
     assert resolve_sources(Sources(), environ).index_url == "https://from-env/simple"
+
+
+def test_pip_config_file_devnull_drops_pips_files_as_pip_does(tmp_path: Path) -> None:
+    """pip reads no configuration file at all when PIP_CONFIG_FILE is os.devnull; the harness agrees (it
+    asks pip), where its own reader kept the user's file."""
+    user = tmp_path / "config" / "pip"
+    user.mkdir(parents=True)
+    (user / "pip.conf").write_text("[global]\nextra-index-url = file:///from-user-file/simple\n")
+    environ = {"HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    assert "file:///from-user-file/simple" in resolve_sources(Sources(), environ).extra_index_urls
+    environ["PIP_CONFIG_FILE"] = os.devnull
+    assert "file:///from-user-file/simple" not in resolve_sources(Sources(), environ).extra_index_urls
+    environ["PIP_EXTRA_INDEX_URL"] = "file:///from-env/simple"  # variables still apply
+    assert resolve_sources(Sources(), environ).extra_index_urls == ("file:///from-env/simple",)
 
 
 def test_uv_is_found_once_even_when_threads_ask_together() -> None:

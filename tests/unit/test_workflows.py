@@ -97,8 +97,9 @@ def test_workflow_structure(path: Path) -> None:
         step_ids = {step["id"] for step in job["steps"] if "id" in step}
         for step in job["steps"]:
             assert ("uses" in step) != ("run" in step), f"{job_name}: a step needs exactly one of uses/run: {step}"
-            if "uses" in step:
-                assert re.fullmatch(r"[\w.-]+/[\w.-]+(?:/[\w.-]+)*@v\d+", step["uses"]), step["uses"]
+            if "uses" in step:  # pinned to a commit (a tag can be moved), the release named beside it
+                assert re.fullmatch(r"[\w.-]+/[\w.-]+(?:/[\w.-]+)*@[0-9a-f]{40}", step["uses"]), step["uses"]
+                assert re.search(re.escape(step["uses"]) + r" # v\d+\.\d+\.\d+$", path.read_text(), re.M), step["uses"]
             for expr in EXPRESSION.findall(yaml.safe_dump(step)):
                 for ref in re.findall(r"\bsteps\.([\w-]+)\.", expr):
                     assert ref in step_ids, f"{job_name}: expression refers to unknown step {ref!r}"
@@ -157,7 +158,8 @@ def test_the_nightly_fans_the_cpu_matrix_out_over_shards_and_merges_them() -> No
     merge = jobs["merge"]
     assert set(merge["needs"]) >= {"cpu", "gpu"} and merge["if"].startswith("always()")
     assert "python -m harness merge" in runs("merge") and "GITHUB_STEP_SUMMARY" in runs("merge")
-    assert "exit" in merge["steps"][-1]["run"] and "steps.merge.outputs.status" in merge["steps"][-1]["run"]
+    last = merge["steps"][-1]
+    assert last["run"] == 'exit "$STATUS"' and "steps.merge.outputs.status" in last["env"]["STATUS"]
     assert "--shard" not in runs("gpu"), "the GPU job is one shard of another plan"
 
 
@@ -181,3 +183,40 @@ def test_the_checker_catches_a_missing_option() -> None:
         check_script("nox -s matrix -- --backend docker --no-such-flag", "example")
     with pytest.raises(AssertionError, match="nox session 'nope'"):
         check_script("nox -s nope", "example")
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_workflows_hold_least_permissions_and_one_run_at_a_time(path: Path) -> None:
+    data = load_workflow(path)
+    assert data["permissions"] == {"contents": "read"}, "read-only by default; a job asks for more itself"
+    assert data["concurrency"]["group"].startswith("${{ github.workflow }}-")
+    for name, job in data["jobs"].items():
+        for scope, level in job.get("permissions", {}).items():
+            assert level == "read", f"{path.name}:{name}: {scope}: {level}"
+
+
+def test_the_nightly_diffs_against_the_previous_nightly() -> None:
+    """The README says the nightly posts a diff against the previous run: merge gets --baseline from the
+    previous run's artifact, and its diff.md goes to the job summary."""
+    merge = load_workflow(REPO / "ci" / "nightly.yml")["jobs"]["merge"]
+    steps = {step.get("id"): step for step in merge["steps"]}
+    assert "gh run list" in steps["previous"]["run"] and merge["permissions"]["actions"] == "read"
+    download = next(s for s in merge["steps"] if s.get("with", {}).get("run-id"))
+    assert download["with"]["run-id"] == "${{ steps.previous.outputs.run_id }}"
+    assert download["with"]["name"] == "stable-abi-report-cpu-${{ steps.previous.outputs.run_id }}"
+    uploaded = next(s for s in merge["steps"] if "upload-artifact" in s.get("uses", ""))
+    assert uploaded["with"]["name"] == "stable-abi-report-cpu-${{ github.run_id }}"  # what the next one downloads
+    assert '--baseline "$baseline"' in steps["merge"]["run"] and "diff.md" in steps["merge"]["run"]
+    assert "--baseline" in options_of(subcommands()["merge"])
+
+
+def test_the_cpu_shards_cache_uv_downloads_within_githubs_limit() -> None:
+    cpu = load_workflow(REPO / "ci" / "nightly.yml")["jobs"]["cpu"]
+    assert cpu["env"]["UV_CACHE_DIR"] == "/tmp/uv-cache"
+    restore = next(s for s in cpu["steps"] if "cache/restore" in s.get("uses", ""))
+    save = next(s for s in cpu["steps"] if "cache/save" in s.get("uses", ""))
+    assert restore["with"]["path"] == save["with"]["path"] == cpu["env"]["UV_CACHE_DIR"]
+    assert restore["with"]["key"] == save["with"]["key"]
+    sizing = next(s for s in cpu["steps"] if s.get("id") == "uv-cache")
+    assert "9000 / SHARDS" in sizing["run"], "the shards together stay under GitHub's 10 GB"
+    assert save["if"] == "always() && steps.uv-cache.outputs.save == 'true'"

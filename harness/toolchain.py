@@ -1,0 +1,142 @@
+"""What a build recipe needs of this machine, probed before it runs: a C++ compiler, and for CUDA
+sources nvcc and the CUDA headers.
+
+A machine without them cannot build the extension, which says nothing about the extension: its
+cells are SKIPPED with the reason and the fix (ERROR with `run --require-toolchain`), never
+BUILD_FAILED, which would read as a broken promise.
+
+nvcc is found where the person running the harness put it: `$CUDA_HOME/bin` (or `$CUDA_PATH/bin`),
+else `nvcc` on PATH. A toolkit that sits elsewhere (/usr/local/cuda with nothing on PATH) is named in
+the fix, not used behind their back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+CUDA_SUFFIXES = frozenset({".cu", ".cuh"})
+CXX_SUFFIXES = frozenset({".cpp", ".cc", ".cxx", ".c", ".cu"})  # nvcc hands host code to the C++ compiler too
+USUAL_TOOLKIT = Path("/usr/local/cuda")
+
+
+@dataclasses.dataclass(frozen=True)
+class Needs:
+    """What an extension's sources need to be compiled."""
+
+    cxx: bool = False
+    cuda: bool = False
+
+    @classmethod
+    def of(cls, root: Path, exclude: Path, ignored: frozenset[str] = frozenset()) -> Needs:
+        """From the source files under root (its tests and build leftovers excluded): C/C++ sources need a
+        compiler; .cu/.cuh sources need nvcc and the CUDA headers as well."""
+        suffixes: set[str] = set()
+        for dirpath, dirnames, filenames in os.walk(root):
+            here = Path(dirpath)
+            dirnames[:] = [d for d in dirnames if d not in ignored and here / d != exclude]
+            suffixes.update(Path(name).suffix for name in filenames)
+        return cls(cxx=bool(suffixes & CXX_SUFFIXES), cuda=bool(suffixes & CUDA_SUFFIXES))
+
+
+@dataclasses.dataclass(frozen=True)
+class Missing:
+    """One thing the machine lacks for a recipe: what, how it was looked for, and how to get it."""
+
+    tool: str
+    looked: str
+    fix: str
+
+    def text(self) -> str:
+        return f"no {self.tool} on this machine ({self.looked}); {self.fix}"
+
+
+def missing(needs: Needs, environ: Mapping[str, str] | None = None) -> tuple[Missing, ...]:
+    """What of `needs` this machine lacks, as the build would look for it (empty: it can build)."""
+    environ = os.environ if environ is None else environ
+    keys = ("PATH", "CXX", "CUDA_HOME", "CUDA_PATH")
+    return _probe(needs, tuple((k, environ.get(k)) for k in keys))
+
+
+@functools.lru_cache(maxsize=32)
+def _probe(needs: Needs, environ: tuple[tuple[str, str | None], ...]) -> tuple[Missing, ...]:
+    env = {k: v for k, v in environ if v is not None}
+    path = env.get("PATH", "")
+    found: list[Missing] = []
+    if needs.cxx or needs.cuda:
+        cxx = (env.get("CXX") or "").strip()
+        compiler = shlex.split(cxx)[0] if cxx else "c++"
+        if shutil.which(compiler, path=path) is None:
+            where = "$CXX" if cxx else "c++ on PATH"
+            found.append(
+                Missing(
+                    "C++ compiler",
+                    f"{where}: {compiler!r} not found",
+                    "install one (Debian/Ubuntu: apt-get install g++) or point CXX at it",
+                )
+            )
+    if needs.cuda:
+        nvcc, root = find_nvcc(env)
+        if nvcc is None:
+            usual = USUAL_TOOLKIT / "bin" / "nvcc"
+            hint = (
+                f"there is {usual}: put {usual.parent} on PATH or export CUDA_HOME={USUAL_TOOLKIT}"
+                if usual.is_file()
+                else "install the CUDA toolkit whose major matches the build torch's CUDA (no GPU needed to "
+                "build), then put its bin/ on PATH or export CUDA_HOME"
+            )
+            found.append(Missing("nvcc", "not in $CUDA_HOME/bin, $CUDA_PATH/bin or on PATH", hint))
+        elif root is None or cuda_headers(root) is None:
+            found.append(
+                Missing(
+                    "CUDA headers",
+                    f"no include/cuda_runtime.h in the toolkit of {nvcc}",
+                    "install the toolkit's development headers (cuda-cudart-dev) or set CUDA_HOME to a whole toolkit",
+                )
+            )
+    return tuple(found)
+
+
+def find_nvcc(env: Mapping[str, str]) -> tuple[str | None, Path | None]:
+    """nvcc and the toolkit it belongs to: $CUDA_HOME or $CUDA_PATH, else nvcc on PATH."""
+    for key in ("CUDA_HOME", "CUDA_PATH"):
+        if env.get(key):
+            nvcc = Path(env[key]) / "bin" / "nvcc"
+            return (str(nvcc), Path(env[key])) if os.access(nvcc, os.X_OK) else (None, None)
+    nvcc_on_path = shutil.which("nvcc", path=env.get("PATH", ""))
+    if nvcc_on_path is None:
+        return None, None
+    return nvcc_on_path, _toolkit_of(nvcc_on_path)
+
+
+def _toolkit_of(nvcc: str) -> Path | None:
+    """The toolkit an nvcc belongs to, as nvcc itself says (`_HERE_` of a dry run): /usr/local/bin/nvcc may
+    be a wrapper script that runs /usr/local/cuda-13.0/bin/nvcc."""
+    try:
+        dry = subprocess.run(
+            [nvcc, "--dryrun", "-x", "cu", "-c", os.devnull, "-o", os.devnull],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    here = re.search(r"^#\$ _HERE_=(.+)$", dry.stdout + dry.stderr, re.M)
+    if here:
+        return Path(here[1].strip()).parent
+    return Path(nvcc).resolve().parent.parent
+
+
+def cuda_headers(root: Path) -> Path | None:
+    """The directory holding cuda_runtime.h in a toolkit (include/, or targets/<arch>/include/)."""
+    for include in (root / "include", *sorted(root.glob("targets/*/include"))):
+        if (include / "cuda_runtime.h").is_file():
+            return include
+    return None
