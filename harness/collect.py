@@ -8,6 +8,7 @@ import os
 import signal
 import stat
 import xml.etree.ElementTree as ET
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -118,20 +119,20 @@ class ImportFailure:
         where = [f"{f}, line {n}" for f, n in ((self.file, self.line), (self.suite_file, self.suite_line)) if f]
         if where:
             text += f" ({where[0]}" + (f", imported from {where[1]}" if len(where) > 1 else "") + ")"
-        return text + (f"; {missing_fix(self.missing, self.in_suite)}" if self.missing else "")
+        return text + (f"; {missing_fix([self.missing], self.in_suite)}" if self.missing else "")
 
 
-def missing_fix(module: str, in_suite: bool = False) -> str:
-    """What to do about a module the runtime's path does not provide."""
+def missing_fix(modules: Sequence[str], in_suite: bool = False) -> str:
+    """What to do about top-level modules the runtime's path does not provide."""
+    names = ", ".join(map(repr, modules))
     if in_suite:
         return (
-            f"{module!r} is the suite's own module: cells run pytest with --import-mode=importlib, which does not "
+            f"{names} is the suite's own module: cells run pytest with --import-mode=importlib, which does not "
             "put the test directory on sys.path (make the tests a package, or import it through one)"
         )
-    distribution = DISTRIBUTION_OF.get(module, module)
+    distributions = ", ".join(DISTRIBUTION_OF.get(m, m) for m in modules)
     return (
-        f"the runtime has no {module!r}: declare what the suite needs in extension.yaml "
-        f"(test_requires: [{distribution}])"
+        f"the runtime has no {names}: declare what the suite needs in extension.yaml (test_requires: [{distributions}])"
     )
 
 
@@ -294,9 +295,7 @@ def missing_only(missing: tuple[tuple[str, str], ...], failures: int) -> str | N
     if not failures or len(tests) < failures:
         return None
     modules = sorted({module for _, module in missing})
-    names = ", ".join(map(repr, modules))
-    fixes = "; ".join(missing_fix(m) for m in modules)
-    return f"{len(tests)} test(s) failed only because the runtime has no {names} (first: {missing[0][0]}); {fixes}"
+    return f"{len(tests)} test(s) failed only on a missing module (first: {missing[0][0]}); {missing_fix(modules)}"
 
 
 def classify(execution: CellExecution, timeout: float) -> Outcome:
