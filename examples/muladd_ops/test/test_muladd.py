@@ -3,13 +3,12 @@ torch.testing._internal.common_utils, torch.library.opcheck on sample inputs, de
 hypothesis. It runs unchanged under plain pytest, `python test/test_muladd.py` and the harness, which
 needs only extension.yaml's `test_requires: [expecttest, hypothesis]` for it."""
 
+import muladd_ops
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.testing._internal.common_device_type import instantiate_device_type_tests
 from torch.testing._internal.common_utils import TestCase, run_tests
-
-import muladd_ops
 
 
 def reference_muladd(a: torch.Tensor, b: torch.Tensor, c: float) -> torch.Tensor:
