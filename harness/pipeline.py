@@ -179,7 +179,7 @@ class Pipeline:
             if not self.backend.needs_env(runtime)
         ]
         jobs = {(ext.test_requires, env_spec(runtime)) for ext, runtime in wanted if self.backend.needs_env(runtime)}
-        self.observer.stage("test deps", f"{len(jobs)} overlay(s) of test_requires beside the runtimes' envs")
+        self.observer.stage("test deps", f"test_requires resolved against {len(jobs)} runtime env(s)")
 
         def one(job: tuple[tuple[str, ...], EnvSpec]) -> tuple[tuple[tuple[str, ...], EnvSpec], Overlay | str]:
             requirements, spec = job

@@ -60,7 +60,7 @@ def test_a_tutorial_style_suite_runs_unchanged_on_every_runtime_with_its_test_re
     (tutorial / "muladd_ops" / "test" / "test_overlay.py").write_text(OVERLAY_CHECKS)
     proc = harness("run", "--matrix", tutorial / "matrix.yaml", "--reports-dir", "reports", cwd=tutorial)
     assert proc.returncode == 0, proc.stdout
-    assert "== test deps: 3 overlay(s) of test_requires" in proc.stdout
+    assert "== test deps: test_requires resolved against 3 runtime env(s)" in proc.stdout
     cells = cells_by_id(latest_results(tutorial / "reports"))
     assert set(cells) == {f"muladd_ops@b2.13.0-t2.10~r{r}-cpu" for r in RUNTIMES}
     for cell in cells.values():
