@@ -8,6 +8,7 @@ import os
 import signal
 import stat
 import xml.etree.ElementTree as ET
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -72,6 +73,69 @@ def doc_differences(entries: object) -> tuple[DocDifference, ...]:
     return tuple(DocDifference(key, text, tuple(names)) for (key, text), names in sorted(tests.items()))
 
 
+# Where a module's import name is not its distribution's, for the fix a missing one suggests.
+DISTRIBUTION_OF = {
+    "PIL": "pillow",
+    "attr": "attrs",
+    "bs4": "beautifulsoup4",
+    "cv2": "opencv-python",
+    "dateutil": "python-dateutil",
+    "sklearn": "scikit-learn",
+    "yaml": "PyYAML",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class ImportFailure:
+    """What the suite could not import as the probe took it from the exception (never from pytest's output)."""
+
+    type: str  # ModuleNotFoundError
+    message: str  # No module named 'expecttest'
+    file: str | None = None  # the line that raised it: relative to the suite, or to the path entry holding it
+    line: int | None = None
+    suite_file: str | None = None  # the suite's own line that led there, when it is another
+    suite_line: int | None = None
+    missing: str | None = None  # a top-level module nothing on the runtime's path provides
+    in_suite: bool = False  # ...which the suite's own directory holds (a helper module, not a distribution)
+
+    @classmethod
+    def of(cls, data: object) -> ImportFailure | None:
+        if not isinstance(data, dict) or not isinstance(data.get("type"), str):
+            return None
+        return cls(
+            data["type"],
+            _typed(data, "message", str) or "",
+            _typed(data, "file", str),
+            _typed(data, "line", int),
+            _typed(data, "suite_file", str),
+            _typed(data, "suite_line", int),
+            _typed(data, "missing", str),
+            _typed(data, "in_suite", bool) or False,
+        )
+
+    def reason(self) -> str:
+        """`collection failed: <the error> (<where>)`, and for a module the runtime lacks, the fix."""
+        text = f"collection failed: {self.type}: {self.message}"
+        where = [f"{f}, line {n}" for f, n in ((self.file, self.line), (self.suite_file, self.suite_line)) if f]
+        if where:
+            text += f" ({where[0]}" + (f", imported from {where[1]}" if len(where) > 1 else "") + ")"
+        return text + (f"; {missing_fix([self.missing], self.in_suite)}" if self.missing else "")
+
+
+def missing_fix(modules: Sequence[str], in_suite: bool = False) -> str:
+    """What to do about top-level modules the runtime's path does not provide."""
+    names = ", ".join(map(repr, modules))
+    if in_suite:
+        return (
+            f"{names} is the suite's own module: cells run pytest with --import-mode=importlib, which does not "
+            "put the test directory on sys.path (make the tests a package, or import it through one)"
+        )
+    distributions = ", ".join(DISTRIBUTION_OF.get(m, m) for m in modules)
+    return (
+        f"the runtime has no {names}: declare what the suite needs in extension.yaml (test_requires: [{distributions}])"
+    )
+
+
 T = TypeVar("T")
 
 
@@ -104,6 +168,8 @@ class ProbeRecord:
     current_test: str | None = None
     exitstatus: int | None = None
     doc_differences: tuple[DocDifference, ...] = ()
+    collect_error: ImportFailure | None = None  # the first module or conftest that did not import
+    missing_modules: tuple[tuple[str, str], ...] = ()  # (test, top-level module) for tests that failed on one
 
     @classmethod
     def of(cls, data: dict[str, Any]) -> ProbeRecord:
@@ -127,6 +193,8 @@ class ProbeRecord:
             current_test=_typed(data, "current_test", str),
             exitstatus=_typed(data, "exitstatus", int),
             doc_differences=doc_differences(data.get("doc_differences")),
+            collect_error=ImportFailure.of(data.get("collect_error")),
+            missing_modules=_missing_modules(data.get("missing_modules")),
         )
 
     @classmethod
@@ -138,6 +206,14 @@ class ProbeRecord:
         except ValueError:
             return None
         return cls.of(data) if isinstance(data, dict) else None
+
+
+def _missing_modules(entries: object) -> tuple[tuple[str, str], ...]:
+    found = []
+    for entry in entries if isinstance(entries, list) else ():
+        if isinstance(entry, dict) and isinstance(entry.get("test"), str) and isinstance(entry.get("module"), str):
+            found.append((entry["test"], entry["module"]))
+    return tuple(dict.fromkeys(found))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,6 +288,16 @@ def _where(probe: ProbeRecord) -> str:
     return f"during {probe.phase.replace('_', ' ')}"
 
 
+def missing_only(missing: tuple[tuple[str, str], ...], failures: int) -> str | None:
+    """When every failing test failed on a module the runtime lacks, why (the suite's environment, not the
+    extension, is what failed); None otherwise."""
+    tests = {test for test, _ in missing}
+    if not failures or len(tests) < failures:
+        return None
+    modules = sorted({module for _, module in missing})
+    return f"{len(tests)} test(s) failed only on a missing module (first: {missing[0][0]}); {missing_fix(modules)}"
+
+
 def classify(execution: CellExecution, timeout: float) -> Outcome:
     record = ProbeRecord.read(execution.probe)
     probe = record or ProbeRecord()
@@ -261,6 +347,8 @@ def classify(execution: CellExecution, timeout: float) -> Outcome:
     module_file = probe.module_file
     if module_file and not Path(module_file).resolve().is_relative_to(execution.view.site.resolve()):
         return outcome(Status.ERROR, f"the tests imported the extension from {module_file}, not from the built wheel")
+    if code not in (0, 1) and probe.collect_error is not None:
+        return outcome(Status.ERROR, probe.collect_error.reason())
     if junit is None:
         return outcome(Status.ERROR, f"pytest exited {code} without writing its junit report")
     if code == 0:
@@ -269,6 +357,9 @@ def classify(execution: CellExecution, timeout: float) -> Outcome:
                 Status.PASS, f"{counts.passed} passed" + (f", {counts.skipped} skipped" if counts.skipped else "")
             )
         return outcome(Status.SKIPPED, f"all {counts.skipped} tests skipped")
+    missing = missing_only(probe.missing_modules, counts.failed + counts.errors)
+    if code == 1 and missing:
+        return outcome(Status.ERROR, missing)
     if code == 1 and (counts.failed or counts.errors):
         shown = ", ".join(failing[:3]) + (f" (+{len(failing) - 3} more)" if len(failing) > 3 else "")
         return outcome(Status.TEST_FAILED, f"{counts.failed + counts.errors} of {counts.total} tests failed: {shown}")

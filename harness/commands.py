@@ -68,3 +68,19 @@ def run(
     if check and proc.returncode != 0:
         raise CommandError(args, proc.returncode, cwd, out)
     return subprocess.CompletedProcess(args, proc.returncode, out)
+
+
+def uv_explanation(output: str, prefer: Sequence[str] = ("cause", "hint")) -> str | None:
+    """uv's `cause:` or `hint:` paragraph of an error (the first of `prefer` it gave), wrapped lines joined."""
+    said: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in output.splitlines():
+        if line.strip().startswith(("hint:", "cause:")):
+            key, _, text = line.strip().partition(":")
+            current = said.setdefault(key, [text.strip()])
+        elif current is not None and line[:1].isspace() and line.strip():
+            current.append(line.strip())
+        else:
+            current = None
+    paragraph = next((said[key] for key in prefer if key in said), None)
+    return " ".join(paragraph) if paragraph else None

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import Version
 
 from harness import interpreters, prebuilt
@@ -75,6 +76,8 @@ class Extension:
     expect: str | None = None  # a negative control's status where it loads: TEST_FAILED, CRASHED or TIMEOUT
     timeout: float | None = None
     wheel: Path | None = None  # recipe 'wheel': the user's prebuilt wheel, unpacked instead of built
+    # What the suite needs beyond torch, pytest and numpy (requirement strings, `-r` files read): an overlay per runtime
+    test_requires: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,6 +128,7 @@ def load_extension(directory: Path) -> Extension:
     if not tests.is_dir():
         problems.append(f"{doc.where(('tests',))}: {data['tests']!r} is not a directory under {directory}")
     wheel = prebuilt.wheel_of(doc, directory, problems)
+    test_requires = test_requirements(doc, directory, problems)
     if problems:
         raise ConfigError(doc.path, problems)
     return Extension(
@@ -138,7 +142,49 @@ def load_extension(directory: Path) -> Extension:
         expect=data.get("expect"),
         timeout=data.get("timeout"),
         wheel=wheel,
+        test_requires=test_requires,
     )
+
+
+def test_requirements(doc: Document, directory: Path, problems: list[str]) -> tuple[str, ...]:
+    """`test_requires:` as requirement strings, in order, each once: `-r FILE` entries read (relative to
+    extension.yaml; nested `-r` relative to the file naming them); an invalid line is a problem naming it."""
+    found: list[str] = []
+    for index, item in enumerate(doc.data.get("test_requires") or []):
+        _requirement_line(item, doc.where(("test_requires", index)), directory, found, problems, ())
+    return tuple(dict.fromkeys(found))
+
+
+def _requirement_line(
+    line: str, where: str, base: Path, found: list[str], problems: list[str], reading: tuple[Path, ...]
+) -> None:
+    text = line.split(" #", 1)[0].strip() if not line.lstrip().startswith("#") else ""
+    if not text:
+        return
+    option, _, value = text.partition(" ")
+    if option in ("-r", "--requirement") and value.strip():
+        path = (base / value.strip()).resolve()
+        if path in reading:
+            problems.append(f"{where}: {value.strip()!r} includes itself")
+            return
+        try:
+            lines = path.read_text().splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            problems.append(f"{where}: cannot read the requirements file {value.strip()!r} ({path}): {exc}")
+            return
+        for number, inner in enumerate(lines, 1):
+            _requirement_line(inner, f"{path}: line {number}", path.parent, found, problems, (*reading, path))
+        return
+    if text.startswith("-"):
+        problems.append(
+            f"{where}: {text!r}: only requirements (`expecttest`, `hypothesis>=6`) and `-r FILE` are read here; "
+            "package sources come from the matrix's `sources:` and pip's configuration"
+        )
+        return
+    try:
+        found.append(str(Requirement(text)))
+    except InvalidRequirement as exc:
+        problems.append(f"{where}: {text!r} is not a requirement: {exc}")
 
 
 def discover_extensions(doc: Document, problems: list[str], failed: set[str] | None = None) -> dict[str, Extension]:

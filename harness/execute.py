@@ -70,6 +70,7 @@ class CellRequest:
     out_dir: Path
     timeout: float
     threads: int = 1
+    site_dirs: tuple[Path, ...] = ()  # the suite's test dependencies (host paths): on its path after the env's own
 
     @property
     def site(self) -> Path:

@@ -23,7 +23,7 @@ from harness.build import Builder, BuildResult
 from harness.collect import classify
 from harness.config import Matrix
 from harness.envs import Env, EnvManager, EnvSpec
-from harness.errors import HarnessError
+from harness.errors import BadInputError, HarnessError
 from harness.execute import CellRequest, Executor, RuntimeHandle
 from harness.files import write_json
 from harness.forkserver import ForkserverBackend
@@ -36,6 +36,7 @@ from harness.run import VenvBackend
 from harness.sources import resolve_sources, uv_binary
 from harness.status import Status
 from harness.symbols import read_artifact
+from harness.testdeps import Conflict, Overlay, OverlayManager
 from harness.verdict import Promise, Verdict, judge, promise
 
 log = logging.getLogger(__name__)
@@ -148,6 +149,7 @@ class Pipeline:
         self.backend = backend or VenvBackend()
         self.envs = EnvManager(options.cache_dir, resolve_sources(plan.matrix.sources))
         self.builder = Builder(options.cache_dir, plan.matrix.settings.build_timeout, verify_env=self.envs.verify)
+        self.overlays = OverlayManager(options.cache_dir, self.envs.sources)
         self.timeout = options.cell_timeout if options.cell_timeout is not None else plan.matrix.settings.cell_timeout
 
     def provision(self) -> dict[EnvSpec, Env]:
@@ -163,6 +165,56 @@ class Pipeline:
         self.observer.stage("envs", f"{len(specs)} torch environment(s) in {self.envs.root}")
         envs = _parallel(min(2, self.options.jobs), self.envs.ensure, specs, self.observer.env_ready)
         return {env.spec: env for env in envs}
+
+    def test_deps(self, envs: dict[EnvSpec, Env]) -> dict[tuple[str, Runtime], Overlay]:
+        """The overlay of every extension that declares test_requires, on each runtime its cells run on.
+
+        Made before any build: requirements that cannot be met beside a runtime's env (they would
+        replace its torch, numpy...) are bad input, every conflict named at once (exit 2)."""
+        wanted = {(c.build.extension, c.runtime) for c in self.plan.cells if c.build.extension.test_requires}
+        if not wanted:
+            return {}
+        problems = [
+            f"  - {ext.name} on {runtime.id}: the runtime is the image {runtime.image}, which holds its own packages: "
+            "install the test dependencies in the image (test_requires needs a runtime the harness makes)"
+            for ext, runtime in sorted(wanted, key=lambda pair: (pair[0].name, pair[1].id))
+            if not self.backend.needs_env(runtime)
+        ]
+        jobs = {(ext.test_requires, env_spec(runtime)) for ext, runtime in wanted if self.backend.needs_env(runtime)}
+        self.observer.stage("test deps", f"test_requires resolved against {len(jobs)} runtime env(s)")
+
+        def one(job: tuple[tuple[str, ...], EnvSpec]) -> tuple[tuple[tuple[str, ...], EnvSpec], Overlay | str]:
+            requirements, spec = job
+            try:
+                return job, self.overlays.ensure(requirements, envs[spec])
+            except Conflict as exc:
+                return job, str(exc)
+
+        made = dict(_parallel(min(2, self.options.jobs), one, sorted(jobs, key=str), lambda _: None))
+        for (requirements, spec), outcome in sorted(made.items(), key=str):
+            if isinstance(outcome, str):
+                users = sorted({e.name for e, r in wanted if e.test_requires == requirements and env_spec(r) == spec})
+                problems.append(
+                    f"  - test_requires of {', '.join(users)} ({', '.join(requirements)}) cannot be installed beside "
+                    f"torch {envs[spec].torch_version} (python {spec.python}) without replacing what its env holds: "
+                    f"{outcome}"
+                )
+            else:
+                how = "reused" if outcome.reused else f"made in {outcome.seconds:.1f} s"
+                log.info("test deps on torch %s: %s (%s)", envs[spec].torch_version, outcome.describe(), how)
+                self.observer.stage("test deps", f"torch {envs[spec].torch_version}: {outcome.describe()} ({how})")
+        if problems:
+            raise BadInputError(
+                "test dependencies that cannot run on every runtime:\n"
+                + "\n".join(problems)
+                + "\n  what a runtime's env holds (torch, numpy, pytest and their dependencies) is never replaced: "
+                "relax the requirement, or limit the extension's builds to the runtimes it fits (a build's `runtimes:`)"
+            )
+        return {
+            (ext.name, runtime): overlay
+            for ext, runtime in wanted
+            if isinstance(overlay := made[(ext.test_requires, env_spec(runtime))], Overlay)
+        }
 
     def build_all(self, envs: dict[EnvSpec, Env]) -> dict[Build, BuildResult]:
         builds = self.plan.needed_builds
@@ -182,6 +234,7 @@ class Pipeline:
         cells = self.execution_order()
         self.backend.begin_run(cells)
         envs = self.provision()
+        overlays = self.test_deps(envs)
         runtimes = self.plan.needed_runtimes
         self.observer.stage("backend", f"{self.backend.name}: preparing {len(runtimes)} runtime(s)")
         handles = self.backend.prepare({runtime: envs.get(env_spec(runtime)) for runtime in runtimes})
@@ -206,6 +259,7 @@ class Pipeline:
                 predictions.get(cell.id),
                 attempt,
                 promises[cell.id],
+                overlays.get((cell.build.extension.name, cell.runtime)),
             )
 
         def done(result: CellResult) -> None:
@@ -348,6 +402,7 @@ class Pipeline:
         prediction: Prediction | None = None,
         attempt: int = 1,
         expectation: Promise | None = None,
+        overlay: Overlay | None = None,
     ) -> CellResult:
         """One cell, whatever happens: a fault of the harness on this cell makes it ERROR, and the run goes on.
         A cell run again (--rerun-broken) writes attempt K into attempt-K/<id>/: as deep as cells/<id>/, so
@@ -355,7 +410,7 @@ class Pipeline:
         out = run_dir / ("cells" if attempt == 1 else f"attempt-{attempt}") / cell.id
         try:
             out.mkdir(parents=True, exist_ok=True)
-            result = self._run_cell(cell, runtime, build, out, run_dir, threads, prediction, expectation)
+            result = self._run_cell(cell, runtime, build, out, run_dir, threads, prediction, expectation, overlay)
         except processes.Interrupted:
             result = self.unrun(cell, build, "not run: the run was interrupted", runtime, run_dir, expectation)
         except Exception as exc:  # never let one cell's fault of the harness lose the run
@@ -399,6 +454,7 @@ class Pipeline:
         threads: int,
         prediction: Prediction | None,
         expectation: Promise | None,
+        overlay: Overlay | None = None,
     ) -> CellResult:
         if build.toolchain is not None:  # the machine's trouble, never the extension's
             if self.options.require_toolchain:
@@ -413,7 +469,8 @@ class Pipeline:
             return dataclasses.replace(result, prediction=prediction.to_json() if prediction else None)
         timeout = self.cell_timeout(cell)
         designed = cell.build.extension.expect
-        execution = self.backend.execute(CellRequest(cell, runtime, build, out, timeout, threads))
+        site_dirs = (overlay.site,) if overlay is not None and overlay.site is not None else ()
+        execution = self.backend.execute(CellRequest(cell, runtime, build, out, timeout, threads, site_dirs))
         outcome = classify(execution, timeout)
         if cell.runtime.device == "cuda" and outcome.status is Status.SKIPPED and self.options.require_gpu:
             outcome = dataclasses.replace(outcome, status=Status.ERROR, reason=f"--require-gpu: {outcome.reason}")
@@ -425,7 +482,7 @@ class Pipeline:
                 reason=f"interrupted after {execution.seconds:.0f} s: the run was stopped while this cell ran",
             )
         elif outcome.status in SUSPECT:
-            damage = self._damage(runtime, build, out)
+            damage = self._damage(runtime, build, out, overlay)
             if damage:
                 outcome = dataclasses.replace(
                     outcome,
@@ -477,7 +534,7 @@ class Pipeline:
             return self.options.cell_timeout
         return cell.build.extension.timeout or self.timeout
 
-    def _damage(self, runtime: RuntimeHandle, build: BuildResult, out: Path) -> str | None:
+    def _damage(self, runtime: RuntimeHandle, build: BuildResult, out: Path, overlay: Overlay | None) -> str | None:
         """After a cell failed: is what it ran on still as verified at the start, and did it have room
         to write? If not, the failure is no evidence about the extension. (An image is the engine's to keep.)"""
         damage = self.envs.verify(runtime.env) if runtime.env is not None else None
@@ -486,6 +543,9 @@ class Pipeline:
         damage = self.builder.verify(build)
         if damage:
             return f"the build {build.build.id} was damaged during the run: {damage}"
+        damage = self.overlays.verify(overlay) if overlay is not None else None
+        if damage:
+            return f"the test dependencies ({overlay and overlay.describe()}) were damaged during the run: {damage}"
         try:
             free = shutil.disk_usage(out).free
         except OSError:
@@ -540,18 +600,7 @@ def installer_refusal(wheel: Path, python: str) -> str | None:
     if proc.returncode == 0:
         log.warning("%s: its tags do not fit CPython %s (%s), yet uv would install it", wheel.name, python, why)
         return None
-    said: dict[str, list[str]] = {}  # uv's `cause:` and `hint:` paragraphs, continuation lines joined
-    current: list[str] | None = None
-    for line in proc.stdout.splitlines():
-        if line.strip().startswith(("hint:", "cause:")):
-            key, _, text = line.strip().partition(":")
-            current = said.setdefault(key, [text.strip()])
-        elif current is not None and line[:1].isspace() and line.strip():
-            current.append(line.strip())
-        else:
-            current = None
-    paragraph = said.get("hint") or said.get("cause")
-    evidence = " ".join(paragraph) if paragraph else f"exit {proc.returncode}"
+    evidence = commands.uv_explanation(proc.stdout, prefer=("hint", "cause")) or f"exit {proc.returncode}"
     return f"not installable on CPython {python}: {why}; uv refuses it ({evidence})"
 
 

@@ -70,19 +70,28 @@ def cell_config(request: CellRequest, writable: Path) -> Path:
 
 
 def cell_environ(
-    request: CellRequest, *, pythonpath: Sequence[Path], probe_file: Path, tmp: Path, **extra: str
+    request: CellRequest,
+    *,
+    pythonpath: Sequence[Path],
+    probe_file: Path,
+    tmp: Path,
+    site_dirs: Sequence[Path] = (),
+    **extra: str,
 ) -> dict[str, str]:
     """The environment of a cell's pytest process, as paths are seen where it runs (host or container).
 
     Besides the probe's own settings it tells the tests what they run as, so that a suite never
     parses the cell id: HARNESS_TARGET is the API level the binary was built for (TORCH_TARGET_VERSION,
     or the build torch's own level), HARNESS_BUILD_TORCH the torch it was built against.
+    HARNESS_SITE_DIRS names the suite's test dependencies: the probe appends them to sys.path (after the
+    env's site-packages, where PYTHONPATH would put them first) before pytest looks for plugins.
     """
     build = request.cell.build
     return {
         **extra,
         "TMPDIR": str(tmp),
         **interpreter_environ(request.threads, pythonpath),
+        **({"HARNESS_SITE_DIRS": os.pathsep.join(map(str, site_dirs))} if site_dirs else {}),
         "HARNESS_PROBE_FILE": str(probe_file),
         "HARNESS_EXT_MODULE": build.extension.module,
         "HARNESS_DEVICE": request.cell.runtime.device,
@@ -160,6 +169,7 @@ class VenvBackend(Executor):
             pythonpath=[request.site, PROBE_DIR],
             probe_file=out / "probe.json",
             tmp=out / "tmp",
+            site_dirs=request.site_dirs,
             **host_environ(out),
         )
         tests = request.cell.build.extension.tests

@@ -4,19 +4,26 @@ It runs inside the runtime environment (stdlib, pytest and torch only, never the
 harness) and records, in the JSON file named by HARNESS_PROBE_FILE, what the
 harness cannot learn from junit XML: how long ``import torch`` and loading the
 extension took, the loader's real error (``torch.ops.load_library`` hides it in
-``__cause__``), which test was running if the process dies, and the differences
-from PyTorch's documents that tests record with the ``doc_difference`` fixture.
+``__cause__``), which test was running if the process dies, the differences
+from PyTorch's documents that tests record with the ``doc_difference`` fixture, and
+what the suite could not import (a test module or conftest that failed to import,
+a test that failed on a module the runtime lacks), from the exception itself.
+It also puts the suite's test dependencies (HARNESS_SITE_DIRS) on sys.path.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import os
 import re
+import site
 import sys
 import time
-from collections.abc import Callable
+import traceback
+from collections.abc import Callable, Generator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -80,8 +87,20 @@ def _end(code: int, message: str) -> None:
     os._exit(code)
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
+    """The test dependencies go on sys.path here, after the env's own site-packages (so they never shadow
+    it), .pth files included: this is the first hook this plugin gets in every session, fresh or forked
+    (the forkserver imported this module once, so module-level code would not run again), and pytest
+    calls it before it loads plugins from entry points, one of which a test dependency may provide."""
+    for directory in filter(None, os.environ.get("HARNESS_SITE_DIRS", "").split(os.pathsep)):
+        if directory not in sys.path:
+            site.addsitedir(directory)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_load_initial_conftests(
+    early_config: pytest.Config, parser: pytest.Parser, args: list[str]
+) -> Generator[None, None, None]:
     _record.update(phase="import_torch", plugin_started=time.time(), pid=_host_pid())
     _write()
     started = time.perf_counter()
@@ -128,6 +147,92 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
         module_file=getattr(module, "__file__", None),
     )
     _write()
+    try:
+        return (yield)  # pytest loads the suite's conftest files
+    except BaseException as exc:  # one failed to import: pytest prints it and exits 4
+        _record["collect_error"] = _import_failure(exc, early_config.rootpath)
+        _write()
+        raise
+
+
+def pytest_exception_interact(node: pytest.Item | pytest.Collector, call: pytest.CallInfo[Any], report: Any) -> None:
+    """A collector that failed (a test module that does not import) or a test that failed on a missing module."""
+    if call.excinfo is None:
+        return
+    if report.when == "collect":
+        if "collect_error" not in _record:  # the first is the one to fix first
+            _record["collect_error"] = _import_failure(call.excinfo.value, node.config.rootpath)
+            _write()
+        return
+    missing = next((m for e in _chain(call.excinfo.value) if (m := _missing_distribution(e))), None)
+    if missing:
+        entry = {"test": node.nodeid, "module": missing}
+        seen = _record.setdefault("missing_modules", [])
+        if entry not in seen:
+            seen.append(entry)
+            _write()
+
+
+# What pytest raises around the error of a module or conftest that failed to import; the real one is its cause.
+_WRAPPERS = {"CollectError", "ConftestImportFailure"}
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    found: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in found:
+        found.append(current)
+        current = current.__cause__ or current.__context__
+    return found
+
+
+def _missing_distribution(exc: BaseException) -> str | None:
+    """The top-level module a ModuleNotFoundError names, when nothing on the path provides it (a missing
+    distribution, not a missing submodule of one that is installed)."""
+    if not isinstance(exc, ModuleNotFoundError) or not exc.name:
+        return None
+    top = exc.name.split(".")[0]
+    try:
+        found = importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):
+        found = False
+    return None if found else top
+
+
+def _shown(filename: str, rootdir: Path) -> str:
+    """A source path as a person finds it: relative to the suite, else to the sys.path entry holding it."""
+    path = Path(filename)
+    if path.is_relative_to(rootdir):
+        return str(path.relative_to(rootdir.parent))
+    holders = [Path(p) for p in sys.path if p and path.is_relative_to(p)]
+    return str(path.relative_to(max(holders, key=lambda p: len(p.parts)))) if holders else filename
+
+
+def _import_failure(exc: BaseException, rootdir: Path) -> dict[str, Any]:
+    """The real error under pytest's wrapper: its type and message, the line that raised it, the line of the
+    suite that led there, and, for a module nothing provides, its top-level name and whether the suite has it."""
+    while type(exc).__name__ in _WRAPPERS:
+        cause = exc.__cause__ or getattr(exc, "cause", None) or exc.__context__
+        if not isinstance(cause, BaseException):
+            break
+        exc = cause
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<")]
+    where = (frames[-1].filename, frames[-1].lineno) if frames else None
+    if isinstance(exc, SyntaxError) and exc.filename:
+        where = (exc.filename, exc.lineno)
+    suite = next((f for f in frames if Path(f.filename).is_relative_to(rootdir)), None)
+    missing = _missing_distribution(exc)
+    message = exc.msg if isinstance(exc, SyntaxError) else str(exc)
+    return {
+        "type": type(exc).__name__,
+        "message": message.strip().splitlines()[0] if message.strip() else "",
+        "file": _shown(where[0], rootdir) if where else None,
+        "line": where[1] if where else None,
+        "suite_file": _shown(suite.filename, rootdir) if suite and (suite.filename, suite.lineno) != where else None,
+        "suite_line": suite.lineno if suite and (suite.filename, suite.lineno) != where else None,
+        "missing": missing,
+        "in_suite": bool(missing) and any((rootdir / n).exists() for n in (missing, f"{missing}.py")),
+    }
 
 
 def pytest_runtest_logstart(nodeid: str, location: object) -> None:

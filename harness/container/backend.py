@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 
 ROOT = Path("/opt/harness")  # where everything a cell needs is mounted inside its container
 SITE, TESTS, PROBE, OUT, ENV, TOOLS = (ROOT / n for n in ("site", "tests", "probe", "out", "env", "tools"))
+TESTDEPS = ROOT / "testdeps"  # the suite's test dependencies (test_requires), read-only
 PYTHON = ROOT / "python"  # mounted route, a Python the image lacks: the host interpreter's prefix
 CELL_UID = 10001  # the unprivileged user cells run as when the harness itself runs as root
 
@@ -123,6 +124,8 @@ class DockerBackend(Executor):
         if image.tools is not None:
             mounts[image.tools] = TOOLS
             path.append(TOOLS)
+        site_dirs = [TESTDEPS / str(index) for index in range(len(request.site_dirs))]
+        mounts.update(zip(request.site_dirs, site_dirs, strict=True))
         config = cell_config(request, work)
         config_inside = TESTS / config.relative_to(tests) if config.is_relative_to(tests) else OUT / config.name
         # The cell's uid has no passwd entry: getpass.getuser() reads USER and LOGNAME first.
@@ -131,6 +134,7 @@ class DockerBackend(Executor):
             pythonpath=path,
             probe_file=OUT / "probe.json",
             tmp=Path("/tmp"),
+            site_dirs=site_dirs,
             HOME="/tmp",
             USER="harness",
             LOGNAME="harness",

@@ -1,4 +1,5 @@
-"""Unit tier: never creates a torch environment, compiles an extension or starts a cell's pytest.
+"""Unit tier: never creates a torch environment or a test-dependency overlay, compiles an extension or starts a
+cell's pytest.
 
 A guard makes such a call fail loudly instead of silently taking minutes.
 """
@@ -7,6 +8,7 @@ import pytest
 
 from harness.build import Builder
 from harness.envs import EnvManager
+from harness.testdeps import OverlayManager
 
 
 def _forbidden(*args: object, **kwargs: object) -> None:
@@ -18,3 +20,5 @@ def no_heavy_work(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(EnvManager, "_create", _forbidden)
     monkeypatch.setattr(EnvManager, "_resolve_one", _forbidden)
     monkeypatch.setattr(Builder, "_compile", _forbidden)
+    monkeypatch.setattr(OverlayManager, "resolve", _forbidden)
+    monkeypatch.setattr(OverlayManager, "_create", _forbidden)
