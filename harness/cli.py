@@ -31,7 +31,7 @@ from harness.config import DEFAULT_MATRIX, Matrix, Sources, load_matrix, with_ov
 from harness.envs import Env
 from harness.errors import BadInputError, ExitCode, HarnessError
 from harness.files import writable_dir
-from harness.grid import Grid
+from harness.grid import NOT_RUN, NOT_RUN_MEANING, Grid
 from harness.plan import Plan, Shard, make_plan
 from harness.report import (
     VERDICT_SYMBOL,
@@ -610,7 +610,11 @@ def print_grid(run: RunResult) -> None:
             console.print("".join(_painted(text, verdict) for text, verdict in segments), soft_wrap=True)
     if not blocks:
         console.print("[bold]compatibility matrix[/]: no cells")
-    console.print("   " + "  ".join(f"{VERDICT_SYMBOL[v]} [{VERDICT_STYLE[v]}]{v.value}[/]" for v in Verdict))
+    console.print(
+        "   "
+        + "  ".join(f"{VERDICT_SYMBOL[v]} [{VERDICT_STYLE[v]}]{v.value}[/]" for v in Verdict)
+        + (f"  {NOT_RUN} {escape(NOT_RUN_MEANING)}" if grid.absent else "")
+    )
     for group in expected_failure_classes(run.cells):
         style = VERDICT_STYLE[Verdict.EXPECTED_FAILURE]
         console.print(f"   {VERDICT_SYMBOL[Verdict.EXPECTED_FAILURE]} [{style}]{group.name}[/]: {escape(group.text())}")

@@ -29,6 +29,8 @@ AXES = ("python", "variant", "device")  # what can tell the runtimes of one rele
 CORNER = "build \\ runtime"
 GAP = "  "  # between two runtimes of one release
 DIVIDER = " │ "  # before each release's runtimes
+NOT_RUN = "·"  # a build x runtime the run left out
+NOT_RUN_MEANING = "not in this run (the build's `runtimes:` or the selection left it out)"
 PYTHON_SUFFIX = re.compile(r"-py(\d+\.\d+\w*)$")  # r2.12.1-cpu-py3.10: a Python other than the matrix's
 RELEASE_PREFIX = re.compile(r"^r(\d+(?:\.\d+)*)")
 
@@ -127,6 +129,12 @@ class Grid:
     def columns(self) -> tuple[Column, ...]:
         return tuple(c for g in self.groups for c in g.columns)
 
+    @property
+    def absent(self) -> int:
+        """How many places of the grid hold no cell: combinations the run left out (a build's `runtimes:`,
+        a selection), shown as NOT_RUN so that no blank hides one."""
+        return len(self.rows) * len(self.columns) - len(self.cells)
+
     def markdown(self, mark: Mark) -> list[str]:
         """A Markdown table: a release heads the first of its runtimes, the axes' rows beneath."""
         columns = self.columns
@@ -137,7 +145,7 @@ class Grid:
         lines += [_md_row([f"*{axis}*", *(c.label(axis) for c in columns)]) for axis in self.axes]
         for row in self.rows:
             found = [self.cells.get((row, c.runtime_id)) for c in columns]
-            lines.append(_md_row([f"`{row}`", *(mark(cell) if cell else "" for cell in found)]))
+            lines.append(_md_row([f"`{row}`", *(mark(cell) if cell else NOT_RUN for cell in found)]))
         return lines
 
     def blocks(self, width: int, mark: Mark) -> list[Block]:
@@ -150,7 +158,7 @@ class Grid:
                 [
                     1,
                     *(cell_len(c.label(a)) for a in self.axes),
-                    *(cell_len(marks.get((r, c.runtime_id), "")) for r in self.rows),
+                    *(cell_len(marks.get((r, c.runtime_id), NOT_RUN)) for r in self.rows),
                 ]
             )
             for c in self.columns
@@ -193,7 +201,7 @@ class Grid:
                 line.append((DIVIDER, None))
                 for n, column in enumerate(group.columns):
                     cell = self.cells.get((row, column.runtime_id))
-                    text = marks.get((row, column.runtime_id), "")
+                    text = marks.get((row, column.runtime_id), NOT_RUN)
                     line += [(GAP, None)] if n else []
                     line += [
                         (text, cell.verdict if cell else None),

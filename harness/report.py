@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 from harness.collect import CaseCounts, DocDifference
 from harness.errors import ExitCode, InfrastructureError
 from harness.files import write_atomic
-from harness.grid import Grid
+from harness.grid import NOT_RUN, NOT_RUN_MEANING, Grid
 from harness.host import HostFacts
 from harness.plan import Cell, PlanIdentity
 from harness.status import CONDITION_MEANING, Condition, Status
@@ -317,6 +317,7 @@ class RunResult:
 
 def summary_markdown(run: RunResult) -> str:
     counts = run.counts()
+    grid = Grid.of(run)
     lines = [
         f"# Stable-ABI compatibility matrix: run {run.run_id}",
         "",
@@ -335,9 +336,10 @@ def summary_markdown(run: RunResult) -> str:
         + ", ".join(f"{n} {v.replace('_', ' ')}" for v, n in counts.items() if n)
         + ("; interrupted" if run.interrupted else ""),
         "",
-        *Grid.of(run).markdown(lambda cell: grid_mark(cell) + (f" {FINDING_MARK}" if cell.findings else "")),
+        *grid.markdown(lambda cell: grid_mark(cell) + (f" {FINDING_MARK}" if cell.findings else "")),
     ]
     legend = "; ".join(f"{VERDICT_SYMBOL[v]} {VERDICT_MEANING[v]}" for v in Verdict)
+    legend += f"; {NOT_RUN} {NOT_RUN_MEANING}" if grid.absent else ""
     lines += [
         "",
         f"Legend: {legend}; {FINDING_MARK} a finding: the outcome disagrees with the static prediction, "

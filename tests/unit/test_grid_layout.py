@@ -1,5 +1,6 @@
 """The grid for people: runtimes grouped by release in numeric order, folded to the terminal's width."""
 
+import dataclasses
 import itertools
 import json
 import re
@@ -10,7 +11,7 @@ from rich.cells import cell_len
 
 from harness.cli import print_grid
 from harness.collect import CaseCounts
-from harness.grid import CORNER, Grid
+from harness.grid import CORNER, NOT_RUN, NOT_RUN_MEANING, Grid
 from harness.plan import PlanIdentity
 from harness.report import CellResult, RunResult, grid_mark, load_results, natural_key, summary_markdown, write_report
 from harness.status import Condition, Status
@@ -254,3 +255,22 @@ def test_the_readme_shows_the_grid_as_the_code_renders_it(run: RunResult, repo: 
         [f"compatibility matrix (runtimes {first.first}-{first.last} of {len(RUNTIMES)})", *first.lines()]
     )
     assert f"```text\n{shown}\n```" in readme
+
+
+def test_a_combination_the_run_left_out_is_marked_never_blank(
+    run: RunResult, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    left_out = {c.id for c in run.cells if c.build_id == "cuda_ops@b2.14.1-t2.10" and c.runtime_id != "r2.11.0-cpu"}
+    partial = dataclasses.replace(run, cells=tuple(c for c in run.cells if c.id not in left_out))
+    assert Grid.of(partial).absent == len(left_out) and Grid.of(run).absent == 0
+    row = next(line for line in summary_markdown(partial).splitlines() if line.startswith("| `cuda_ops@"))
+    marks = [c.strip() for c in row.strip("|").split("|")][1:]
+    assert marks.count(NOT_RUN) == len(left_out) and "" not in marks
+    assert f"{NOT_RUN} {NOT_RUN_MEANING}" in summary_markdown(partial)
+    assert NOT_RUN_MEANING not in summary_markdown(run)
+    monkeypatch.setenv("COLUMNS", "400")
+    print_grid(partial)
+    out = capsys.readouterr().out
+    line = next(line for line in out.splitlines() if line.startswith("cuda_ops@b2.14.1-t2.10 "))
+    assert line.count(NOT_RUN) == len(left_out)
+    assert NOT_RUN_MEANING in out
