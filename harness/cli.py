@@ -25,6 +25,7 @@ from rich.table import Table
 from harness import __version__
 from harness.artifact import Unmet
 from harness.build import BuildResult
+from harness.candidate import with_candidate
 from harness.catalog import UNKNOWN, Catalog, Filters, discover, host_platforms, sources_of
 from harness.catalog import Runtime as ServedRuntime
 from harness.config import DEFAULT_MATRIX, Matrix, Sources, load_matrix, with_overrides
@@ -32,6 +33,7 @@ from harness.envs import Env
 from harness.errors import BadInputError, ExitCode, HarnessError
 from harness.files import writable_dir
 from harness.grid import Grid
+from harness.known_breaks import State, outcomes
 from harness.plan import Plan, Shard, make_plan
 from harness.report import (
     VERDICT_SYMBOL,
@@ -60,6 +62,7 @@ VERDICT_STYLE = {
     Verdict.SKIPPED: "dim",
     Verdict.ERROR: "bold magenta",
     Verdict.FLAKY: "bold yellow",
+    Verdict.KNOWN_BREAK: "blue",
 }
 PLAN_JSON_VERSION = 1  # `plan --json`; checked against harness/schemas/plan.schema.json
 
@@ -196,6 +199,13 @@ def parser() -> argparse.ArgumentParser:
             default=[],
             metavar="RELEASE[:cuda]",
             help="a runtime besides the matrix's, e.g. a pre-release or a release candidate (repeatable)",
+        )
+        p.add_argument(
+            "--candidate",
+            default=None,
+            metavar="RELEASE",
+            help="a release candidate on both axes: a runtime, and the build torch of every stable extension "
+            "at every target from its min_target to the candidate's level",
         )
         p.add_argument(
             "--extra-index-url",
@@ -524,6 +534,9 @@ def print_grid(run: RunResult) -> None:
             console.print(f"   [{style}]{cell.verdict.value}[/] {line}")
             for number, attempt in enumerate(cell.attempts, 1):
                 console.print(f"      {escape(attempt.line(number))}")
+    for outcome in outcomes(run.known_breaks, run.cells):
+        paint = {State.EXPIRED: "bold red", State.ACCEPTED: VERDICT_STYLE[Verdict.KNOWN_BREAK]}
+        console.print(f"   [{paint.get(outcome.state, 'yellow')}]known break[/] {escape(outcome.line())}")
     seen = collections.Counter(d.key for cell in run.cells for d in cell.doc_differences)
     for key, cells in sorted(seen.items()):
         console.print(f"   [cyan]differs from the documents[/] {escape(key)}: in {cells} cell(s), see summary.md")
@@ -534,7 +547,8 @@ def _painted(text: str, verdict: Verdict | None) -> str:
 
 
 def load_matrix_with_overrides(args: argparse.Namespace) -> Matrix:
-    return with_overrides(load_matrix(args.matrix), args.add_runtime, args.extra_index_url, args.find_links)
+    matrix = with_overrides(load_matrix(args.matrix), args.add_runtime, args.extra_index_url, args.find_links)
+    return with_candidate(matrix, args.candidate) if args.candidate else matrix
 
 
 def durations_of(args: argparse.Namespace) -> dict[str, float] | None:
@@ -651,10 +665,16 @@ def cmd_merge(args: argparse.Namespace) -> int:
 def print_diff(result: RunDiff) -> None:
     console.print(
         f"against baseline {escape(result.baseline)}: [bold red]{len(result.new_breaks)} new break(s)[/], "
-        f"[green]{len(result.fixed)} fixed[/], {len(result.changed)} changed, "
+        f"[green]{len(result.fixed)} fixed[/], {len(result.known_breaks)} known break(s), "
+        f"{len(result.changed)} changed, "
         f"{len(result.added)} new cell(s), {len(result.removed)} no longer run"
     )
-    for title, changes in (("new break", result.new_breaks), ("fixed", result.fixed), ("changed", result.changed)):
+    for title, changes in (
+        ("new break", result.new_breaks),
+        ("fixed", result.fixed),
+        ("known break", result.known_breaks),
+        ("changed", result.changed),
+    ):
         for change in changes:
             console.print(
                 f"   {title}: {escape(change.id)}: {change.before} -> {change.after}: {escape(change.reason)}"

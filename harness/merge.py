@@ -142,6 +142,8 @@ def combine(shards: Sequence[ShardReport], plan: PlanIdentity, run_id: str) -> R
         runtime_order=tuple(dict.fromkeys(t for r in runs for t in r.runtime_order)),
         interrupted=any(r.interrupted for r in runs),
         plan=plan,
+        known_breaks=tuple({k.name: k for r in runs for k in r.known_breaks}.values()),
+        candidate=runs[0].candidate,
     )
 
 

@@ -81,7 +81,7 @@ def test_results_json_matches_its_schema_and_round_trips(tmp_path: Path) -> None
     files = write_report(run, tmp_path)
     data = json.loads(files["results"].read_text())
     jsonschema.validate(data, load_schema("results"))
-    assert data["schema_version"] == 5 and data["exit_code"] == 1
+    assert data["schema_version"] == 6 and data["exit_code"] == 1
     assert [c["id"] for c in data["cells"]] == sorted(c["id"] for c in data["cells"])
     assert data["summary"] == {
         "kept": 1,
@@ -91,6 +91,7 @@ def test_results_json_matches_its_schema_and_round_trips(tmp_path: Path) -> None
         "skipped": 0,
         "error": 1,
         "flaky": 0,
+        "known_break": 0,
     }
     assert load_results(files["results"]).to_json() == data
 
