@@ -318,6 +318,11 @@ def parser() -> argparse.ArgumentParser:
     )
     plan.add_argument("--json", action="store_true", help="machine-readable output on stdout")
 
+    report = sub.add_parser(
+        "report", help="write a run's report.html again from its results.json (and diff.json, gate.json beside it)"
+    )
+    report.add_argument("report", type=Path, metavar="REPORT", help="a reports/<run-id> directory or its results.json")
+
     merge = sub.add_parser("merge", help="combine the reports of a plan's shards into one report")
     merge.add_argument(
         "reports", nargs="+", type=Path, metavar="REPORT", help="a shard's results.json or reports/<run-id> directory"
@@ -581,7 +586,7 @@ def selected_plan(args: argparse.Namespace) -> Plan:
 
 def finish(run: RunResult, run_dir: Path) -> int:
     """The last lines of `run` and `merge`: where the report is, what the run says, its exit code."""
-    console.print(f"report: {run_dir}/summary.md, results.json, junit.xml")
+    console.print(f"report: {run_dir}/summary.md, results.json, junit.xml, report.html")
     flaky = [c.id for c in run.cells if c.verdict is Verdict.FLAKY]
     if flaky:
         console.print(
@@ -599,6 +604,7 @@ def finish(run: RunResult, run_dir: Path) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from harness.html_report import write_html
     from harness.pipeline import Pipeline, RunOptions, make_backend  # heavy imports only for `run`
 
     plan = selected_plan(args)
@@ -636,8 +642,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         result = compare(baseline, run)
         (run_dir / "diff.md").write_text(result.markdown())
         (run_dir / "diff.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
+        write_html(run, run_dir)  # again, with the diff
         print_diff(result)
     return finish(run, run_dir)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from harness.html_report import write_html
+
+    run = load_run(args.report)
+    path = write_html(run, args.report if args.report.is_dir() else args.report.parent)
+    console.print(f"report: {path} ({len(run.cells)} cells)")
+    return int(ExitCode.OK)
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
@@ -1017,6 +1033,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "diff": cmd_diff,
             "base-image": cmd_base_image,
             "merge": cmd_merge,
+            "report": cmd_report,
             "runtimes": cmd_runtimes,
         }
         return commands[args.command](args)

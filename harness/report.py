@@ -337,17 +337,7 @@ def summary_markdown(run: RunResult) -> str:
         + (f", shard {run.plan.shard} of a plan of {len(run.plan.cells)} cells" if run.plan and run.plan.shard else "")
         + ".",
         "",
-        "**Result: "
-        + {
-            ExitCode.OK: "every promise kept"
-            if not (counts["flaky"] or counts["known_break"])
-            else "no promise broken for good: flaky cells"
-            if counts["flaky"]
-            else "no promise broken but the known breaks",
-            ExitCode.BROKEN: "a promise was broken",
-            ExitCode.INFRASTRUCTURE: "the run had infrastructure errors",
-        }[run.exit_code]
-        + f"** (exit {int(run.exit_code)}). "
+        f"**Result: {headline(run)}** (exit {int(run.exit_code)}). "
         + ", ".join(f"{n} {v.replace('_', ' ')}" for v, n in counts.items() if n)
         + ("; interrupted" if run.interrupted else ""),
         "",
@@ -394,6 +384,20 @@ def summary_markdown(run: RunResult) -> str:
             lines += [f"  - {a.line(n)}" for n, a in enumerate(cell.attempts, 1)]
         lines.append("")
     return "\n".join(lines)
+
+
+def headline(run: RunResult) -> str:
+    """What the run says, in a few words: the summary's and the page's headline."""
+    counts = run.counts()
+    if run.exit_code is ExitCode.OK and counts["flaky"]:
+        return "no promise broken for good: flaky cells"
+    if run.exit_code is ExitCode.OK and counts["known_break"]:
+        return "no promise broken but the known breaks"
+    return {
+        ExitCode.OK: "every promise kept",
+        ExitCode.BROKEN: "a promise was broken",
+        ExitCode.INFRASTRUCTURE: "the run had infrastructure errors",
+    }[run.exit_code]
 
 
 def known_breaks_markdown(run: RunResult) -> list[str]:
@@ -547,18 +551,22 @@ def _reruns(case: ET.Element, attempts: Sequence[Attempt], kind: str) -> None:
 
 
 def write_report(run: RunResult, out_dir: Path) -> dict[str, Path]:
-    """results.json, summary.md and junit.xml, each whole or not at all; every one is tried, and a
+    """results.json, summary.md, junit.xml and report.html, each whole or not at all; every one is tried, and a
     failure names the files that could not be written (ReportError, after the others are written)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     files = {
         "results": out_dir / "results.json",
         "summary": out_dir / "summary.md",
         "junit": out_dir / "junit.xml",
+        "html": out_dir / "report.html",
     }
+    from harness.html_report import render as html  # it lays out what this module defines
+
     render: dict[str, Callable[[], str]] = {
         "results": lambda: json.dumps(run.to_json(), indent=2, ensure_ascii=False) + "\n",
         "summary": lambda: summary_markdown(run),
         "junit": lambda: junit_xml(run),
+        "html": lambda: html(run, out_dir),
     }
     failed: list[str] = []
     for name, path in files.items():
