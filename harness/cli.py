@@ -31,7 +31,7 @@ from harness.catalog import Runtime as ServedRuntime
 from harness.config import DEFAULT_MATRIX, Matrix, Sources, load_matrix, with_overrides
 from harness.envs import Env
 from harness.errors import BadInputError, ExitCode, HarnessError
-from harness.files import writable_dir
+from harness.files import writable_dir, write_atomic
 from harness.grid import Grid
 from harness.known_breaks import State, outcomes
 from harness.plan import Plan, Shard, make_plan
@@ -247,63 +247,89 @@ def parser() -> argparse.ArgumentParser:
             help="balance shards by the cells' times in REPORT (others: the cost model); default: the cost model",
         )
 
+    def executing(p: argparse.ArgumentParser) -> None:
+        """What running cells takes: `run` and `gate`."""
+        p.add_argument(
+            "--rerun-broken",
+            type=positive_int,
+            default=0,
+            metavar="N",
+            help="run a broken cell again up to N times; one that then keeps its promise is flaky (exit 0, named)",
+        )
+        p.add_argument(
+            "-j", "--jobs", type=positive_int, default=os.cpu_count() or 1, help="cells at once (default: cores)"
+        )
+        p.add_argument(
+            "--reports-dir", type=Path, default=Path("reports"), help="where reports go (default: %(default)s)"
+        )
+        p.add_argument(
+            "--cache-dir",
+            type=Path,
+            default=None,
+            help="environments and builds (default: $HARNESS_CACHE_DIR or the user cache dir)",
+        )
+        p.add_argument(
+            "--timeout",
+            type=positive_seconds,
+            default=None,
+            help="seconds per cell, over the matrix's settings.cell_timeout and an extension's own timeout",
+        )
+        p.add_argument(
+            "--require-gpu",
+            action="store_true",
+            help="a cuda cell that finds no GPU is an ERROR (exit 3), not SKIPPED: for GPU runners",
+        )
+        p.add_argument(
+            "--executor",
+            choices=["forkserver", "fresh"],
+            default=None,
+            help="venv backend: fork each cell from one process per runtime that imported torch and pytest once, "
+            "or start a fresh interpreter per cell (default: forkserver; cuda runtimes always run fresh)",
+        )
+        p.add_argument(
+            "--docker-route",
+            choices=["mounted", "baked"],
+            default=None,
+            help="docker backend: mount each release's host env read-only, or bake an image per release "
+            "(default: the matrix's docker.route, else mounted)",
+        )
+        p.add_argument(
+            "--keep-containers",
+            action="store_true",
+            help="docker backend, for debugging: leave each cell's container behind (stopped) instead of removing it",
+        )
+        p.add_argument(
+            "--baseline",
+            type=Path,
+            default=None,
+            help="a previous run (results.json or its directory): write diff.md/diff.json against it",
+        )
+
     run = sub.add_parser("run", help="build, run and report the matrix")
     common(run)
     selection(run)
-    run.add_argument(
-        "--rerun-broken",
-        type=positive_int,
-        default=0,
-        metavar="N",
-        help="run a broken cell again up to N times; one that then keeps its promise is flaky (exit 0, named)",
+    executing(run)
+
+    gate = sub.add_parser(
+        "gate",
+        help="GO or NO-GO for a release candidate: abi-diff, the matrix with the candidate on both axes, "
+        "the diff against the previous release's run",
     )
-    run.add_argument(
-        "-j", "--jobs", type=positive_int, default=os.cpu_count() or 1, help="cells at once (default: cores)"
-    )
-    run.add_argument(
-        "--reports-dir", type=Path, default=Path("reports"), help="where reports go (default: %(default)s)"
-    )
-    run.add_argument(
-        "--cache-dir",
-        type=Path,
+    common(gate)
+    executing(gate)
+    gate.set_defaults(rerun_failed=None, shard=None, durations=None)
+    gate.add_argument(
+        "--previous",
         default=None,
-        help="environments and builds (default: $HARNESS_CACHE_DIR or the user cache dir)",
+        metavar="RELEASE",
+        help="the release abi-diff compares the candidate with (default: the matrix's newest runtime below it)",
     )
-    run.add_argument(
-        "--timeout",
-        type=positive_seconds,
+    gate.add_argument(
+        "--candidate-wheel",
+        type=existing_file,
         default=None,
-        help="seconds per cell, over the matrix's settings.cell_timeout and an extension's own timeout",
-    )
-    run.add_argument(
-        "--require-gpu",
-        action="store_true",
-        help="a cuda cell that finds no GPU is an ERROR (exit 3), not SKIPPED: for GPU runners",
-    )
-    run.add_argument(
-        "--executor",
-        choices=["forkserver", "fresh"],
-        default=None,
-        help="venv backend: fork each cell from one process per runtime that imported torch and pytest once, "
-        "or start a fresh interpreter per cell (default: forkserver; cuda runtimes always run fresh)",
-    )
-    run.add_argument(
-        "--docker-route",
-        choices=["mounted", "baked"],
-        default=None,
-        help="docker backend: mount each release's host env read-only, or bake an image per release "
-        "(default: the matrix's docker.route, else mounted)",
-    )
-    run.add_argument(
-        "--keep-containers",
-        action="store_true",
-        help="docker backend, for debugging: leave each cell's container behind (stopped) instead of removing it",
-    )
-    run.add_argument(
-        "--baseline",
-        type=Path,
-        default=None,
-        help="a previous run (results.json or its directory): write diff.md/diff.json against it",
+        metavar="WHEEL",
+        help="the candidate's torch wheel for abi-diff (default: one in --find-links, else the manifest's release)",
     )
 
     plan = sub.add_parser("plan", help="print the selected cells and what each is promised; do nothing else")
@@ -604,12 +630,20 @@ def finish(run: RunResult, run_dir: Path) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from harness.html_report import write_html
-    from harness.pipeline import Pipeline, RunOptions, make_backend  # heavy imports only for `run`
-
     plan = selected_plan(args)
     if args.rerun_failed is not None and not plan.cells:  # pytest --lf would run everything; this runs nothing
         return int(ExitCode.OK)
+    baseline = load_run(args.baseline) if args.baseline else None  # a bad baseline fails before any work
+    run, run_dir = execute(args, plan)
+    if baseline is not None:
+        against_baseline(baseline, run, run_dir)
+    return finish(run, run_dir)
+
+
+def execute(args: argparse.Namespace, plan: Plan) -> tuple[RunResult, Path]:
+    """Build, run and report the plan's cells (`run`, `gate`); the grid is printed, the report written."""
+    from harness.pipeline import Pipeline, RunOptions, make_backend  # heavy imports only for `run`
+
     matrix = plan.matrix
     cache_dir = (args.cache_dir or default_cache_dir()).absolute()  # cells run in their own directory
     writable_dir(args.reports_dir, "--reports-dir")
@@ -622,7 +656,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         require_gpu=args.require_gpu,
         rerun_broken=args.rerun_broken,
     )
-    baseline = load_run(args.baseline) if args.baseline else None  # a bad baseline fails before any work
     if args.executor and args.backend != "venv":
         raise BadInputError(
             f"--executor {args.executor} is for the venv backend; --backend docker runs a container per cell"
@@ -638,13 +671,51 @@ def cmd_run(args: argparse.Namespace) -> int:
         print_grid(exc.run)
         raise
     print_grid(run)
-    if baseline is not None:
-        result = compare(baseline, run)
-        (run_dir / "diff.md").write_text(result.markdown())
-        (run_dir / "diff.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
-        write_html(run, run_dir)  # again, with the diff
-        print_diff(result)
-    return finish(run, run_dir)
+    return run, run_dir
+
+
+def against_baseline(baseline: RunResult, run: RunResult, run_dir: Path) -> RunDiff:
+    """diff.md and diff.json in the run's report, report.html again with them; printed."""
+    from harness.html_report import write_html
+
+    result = compare(baseline, run)
+    write_atomic(run_dir / "diff.md", result.markdown())
+    write_atomic(run_dir / "diff.json", json.dumps(result.to_json(), indent=2) + "\n")
+    write_html(run, run_dir)
+    print_diff(result)
+    return result
+
+
+def cmd_gate(args: argparse.Namespace) -> int:
+    """abi-diff, then the matrix with the candidate on both axes, then the baseline diff: GO or NO-GO."""
+    from harness.abidiff import diff, surface
+    from harness.gate import candidate_ref, decide, previous_release
+    from harness.html_report import write_html
+    from harness.manifest import packaged_manifest
+
+    if not args.candidate:
+        raise BadInputError("gate: --candidate RELEASE is required (the release to decide on, e.g. 2.16.0)")
+    plan = selected_plan(args)  # every input is checked before any work: matrix, selectors, baseline, wheel
+    baseline = load_run(args.baseline) if args.baseline else None
+    manifest = packaged_manifest()
+    previous = args.previous or previous_release(
+        args.candidate, [str(r.torch) for r in plan.matrix.runtimes if str(r.torch) != args.candidate]
+    )
+    ref = candidate_ref(args.candidate, args.candidate_wheel, plan.matrix.sources.find_links, manifest.releases)
+    console.print(f"[bold]== abi-diff[/]: {escape(previous)} -> {escape(ref)}")
+    abi = diff(surface(manifest, previous), surface(manifest, ref))
+    run, run_dir = execute(args, plan)
+    result = against_baseline(baseline, run, run_dir) if baseline is not None else None
+    gate = decide(args.candidate, previous, abi, run, result)
+    write_atomic(run_dir / "gate.md", gate.markdown())
+    write_atomic(run_dir / "gate.json", json.dumps(gate.to_json(), indent=2, ensure_ascii=False) + "\n")
+    write_html(run, run_dir)
+    console.print()
+    console.print(escape(gate.markdown()), soft_wrap=True)
+    style = {ExitCode.OK: "bold green", ExitCode.BROKEN: "bold red"}.get(gate.exit_code, "bold magenta")
+    console.print(f"report: {run_dir}/gate.md, gate.json, report.html, summary.md, results.json")
+    console.print(f"[{style}]{gate.decision.value}[/] for torch {escape(args.candidate)} (exit {int(gate.exit_code)})")
+    return int(gate.exit_code)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -1034,6 +1105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "base-image": cmd_base_image,
             "merge": cmd_merge,
             "report": cmd_report,
+            "gate": cmd_gate,
             "runtimes": cmd_runtimes,
         }
         return commands[args.command](args)
