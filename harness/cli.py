@@ -349,6 +349,20 @@ def parser() -> argparse.ArgumentParser:
     )
     report.add_argument("report", type=Path, metavar="REPORT", help="a reports/<run-id> directory or its results.json")
 
+    compat = sub.add_parser(
+        "compat",
+        help="per build, the runtimes it is proven to work on: a Markdown table and a one-line range for a README",
+    )
+    compat.add_argument("report", type=Path, metavar="REPORT", help="a reports/<run-id> directory or its results.json")
+    compat.add_argument(
+        "-k",
+        "--build",
+        action="append",
+        default=[],
+        metavar="SELECTOR",
+        help="only builds whose id matches (any part, * ? [...] wildcards); repeatable",
+    )
+
     merge = sub.add_parser("merge", help="combine the reports of a plan's shards into one report")
     merge.add_argument(
         "reports", nargs="+", type=Path, metavar="REPORT", help="a shard's results.json or reports/<run-id> directory"
@@ -716,6 +730,33 @@ def cmd_gate(args: argparse.Namespace) -> int:
     console.print(f"report: {run_dir}/gate.md, gate.json, report.html, summary.md, results.json")
     console.print(f"[{style}]{gate.decision.value}[/] for torch {escape(args.candidate)} (exit {int(gate.exit_code)})")
     return int(gate.exit_code)
+
+
+def cmd_compat(args: argparse.Namespace) -> int:
+    from harness.compat import claims, markdown
+
+    run = load_run(args.report)
+    found = claims(run, args.build)
+    if not found:
+        raise BadInputError(f"{args.report}: no build matches {' '.join(args.build)!r}")
+    for line in markdown(found):
+        console.print(escape(line), soft_wrap=True)
+    console.print()
+    holes = 0
+    for claim in found:
+        console.print(f"{escape(claim.build)}: {escape(claim.line())}", soft_wrap=True)
+        for cell in claim.holes:
+            holes += 1
+            console.print(
+                f"   [bold red]hole[/]: not proven on {escape(cell.runtime_id)} ({escape(cell.runtime_torch)}, "
+                f"CPython {escape(cell.runtime_python or '?')}), inside that range: {cell.status.value} "
+                f"({cell.verdict.value}): {escape(cell.reason)}",
+                soft_wrap=True,
+            )
+    if holes:
+        console.print(f"[bold red]{holes} hole(s)[/]: the one-line ranges above would hide them (exit 1)")
+        return int(ExitCode.BROKEN)
+    return int(ExitCode.OK)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -1106,6 +1147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "merge": cmd_merge,
             "report": cmd_report,
             "gate": cmd_gate,
+            "compat": cmd_compat,
             "runtimes": cmd_runtimes,
         }
         return commands[args.command](args)

@@ -165,7 +165,7 @@ def test_the_release_gate_decides_on_the_full_matrix_and_posts_the_decision_and_
     (job,) = load_workflow(REPO / "ci" / "release-gating.yml")["jobs"].values()
     runs = " ".join(step.get("run", "") for step in job["steps"])
     assert 'nox -s harness -- gate --candidate "$CANDIDATE"' in runs and " -k " not in runs
-    assert "gate.md >> \"$GITHUB_STEP_SUMMARY\"" in runs
+    assert 'gate.md >> "$GITHUB_STEP_SUMMARY"' in runs
     uploads = [step["with"]["path"] for step in job["steps"] if "upload-artifact" in step.get("uses", "")]
     assert "reports/latest/report.html" in uploads
     assert '["exit_code"]' in job["steps"][-1]["run"]  # the job ends with the gate's own code
