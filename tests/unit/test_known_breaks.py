@@ -160,3 +160,31 @@ def test_matrix_known_breaks_are_read_with_their_dates_and_checked(tmp_path: Pat
         "line 9: known_breaks[0].expires: 'next year' is not a date; write it as YYYY-MM-DD",
         "line 11: known_breaks[2].name: 'b' names another known break too",
     ]
+
+
+def test_merged_shards_keep_the_entries_and_their_states(repo: Path, tmp_path: Path) -> None:
+    from test_merge import write_run
+
+    from harness.cli import main
+    from harness.plan import Shard, make_plan
+    from harness.shard import shard_plan
+
+    whole = make_plan(load_matrix(repo / "matrix.yaml"), ["stable_basic@b2.9.1~r2.1"])
+    holds = entry("accepted-one", "stable_basic@b2.9.1~r2.10.0-cpu", datetime.date(2099, 1, 1))
+    shards = []
+    for k in (1, 2):
+        folder = write_run(shard_plan(whole, Shard(k, 2)), tmp_path / f"shard-{k}")
+        run = load_results(folder / "results.json")
+        cells = [
+            dataclasses.replace(c, status=Status.TEST_FAILED, verdict=Verdict.BROKEN) if c.id == holds.cells[0] else c
+            for c in run.cells
+        ]
+        run = dataclasses.replace(run, cells=tuple(acknowledge(cells, [holds], TODAY)), known_breaks=(holds,))
+        write_report(dataclasses.replace(run, candidate="2.15.0"), folder)
+        shards.append(str(folder))
+    assert main(["merge", *shards, "--reports-dir", str(tmp_path / "merged")]) == 0
+    merged = json.loads((tmp_path / "merged" / "latest" / "results.json").read_text())
+    assert merged["candidate"] == "2.15.0" and merged["summary"]["known_break"] == 1
+    assert [(k["name"], k["state"], k["matched"]) for k in merged["known_breaks"]] == [
+        ("accepted-one", "accepted", ["stable_basic@b2.9.1~r2.10.0-cpu"])
+    ]
