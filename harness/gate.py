@@ -193,18 +193,11 @@ def decide(candidate: str, previous: str, abi: AbiDiff, run: RunResult, diff: Ru
                 tuple(evidence_of(c, candidate, None) for c in cells),
             )
         )
-    counts = run.counts()
     forward = [c for c in run.cells if _release(c.build_torch) == candidate]
     backward = [c for c in run.cells if _release(c.runtime_torch) == candidate]
-    evidence.append(
-        f"matrix run {run.run_id}: {len(run.cells)} cells: "
-        + ", ".join(f"{n} {v.replace('_', ' ')}" for v, n in counts.items() if n)
-    )
+    evidence.append(f"matrix run {run.run_id}: {len(run.cells)} cells: {_counted(run.cells)}")
     for label, cells in (("built on the candidate (forward)", forward), ("run on the candidate (backward)", backward)):
-        kept = sum(c.verdict is Verdict.KEPT for c in cells)
-        failing = sum(c.verdict is Verdict.BROKEN for c in cells)
-        expected = sum(c.verdict is Verdict.EXPECTED_FAILURE for c in cells)
-        evidence.append(f"{label}: {len(cells)} cells, {kept} kept, {expected} expected failure(s), {failing} broken")
+        evidence.append(f"{label}: {len(cells)} cells, {_counted(cells)}")
     if diff is not None:
         evidence.append(
             f"against baseline {diff.baseline}: {len(diff.new_breaks)} new break(s), {len(diff.fixed)} fixed, "
@@ -264,6 +257,12 @@ def previous_release(candidate: str, runtimes: Sequence[str]) -> str:
     if not older:
         raise BadInputError(f"no runtime of the matrix is older than the candidate {candidate}: pass --previous")
     return str(older[-1])
+
+
+def _counted(cells: Sequence[CellResult]) -> str:
+    """'28 kept, 21 expected failure, 0 broken': every verdict that occurs, and broken always."""
+    counts = {v: sum(c.verdict is v for c in cells) for v in Verdict}
+    return ", ".join(f"{n} {v.value.replace('_', ' ')}" for v, n in counts.items() if n or v is Verdict.BROKEN)
 
 
 def _release(torch: str) -> str:

@@ -161,6 +161,7 @@ class GridRow:
     build: str
     extension: str
     cells: tuple[GridCell | None, ...]
+    candidate: bool = False  # built on the run's candidate (`--candidate`)
 
     @property
     def verdicts(self) -> str:
@@ -180,6 +181,7 @@ def render(run: RunResult, run_dir: Path | None = None) -> str:
     grid = Grid.of(run)
     columns = grid.columns
     extensions = {c.build_id: c.extension for c in run.cells}
+    on_candidate = {c.build_id for c in run.cells if run.candidate and c.build_torch == run.candidate}
     cells: list[dict[str, Any]] = []  # each cell's details, by the index its grid cell carries
     rows: list[GridRow] = []
     for row in grid.rows:
@@ -189,7 +191,7 @@ def render(run: RunResult, run_dir: Path | None = None) -> str:
             marks.append(None if found is None else GridCell.of(found, len(cells), number))
             if found is not None:
                 cells.append(details(run, found, run_dir))
-        rows.append(GridRow(row, extensions[row], tuple(marks)))
+        rows.append(GridRow(row, extensions[row], tuple(marks), row in on_candidate))
     counts = run.counts()
     known = outcomes(run.known_breaks, run.cells)
     return _template().render(

@@ -21,7 +21,7 @@ def test_go_lists_its_evidence_and_no_reason() -> None:
         "abi-diff 2.14.1 -> 2.15.0: 0 removed export(s), 0 changed signature(s), 1 added export(s), "
         "1 added declaration(s), 0 changed version guard(s)"
     )
-    assert "run on the candidate (backward): 1 cells, 1 kept" in "\n".join(gate.evidence)
+    assert "run on the candidate (backward): 1 cells, 1 kept, 0 broken" in "\n".join(gate.evidence)
     assert "**GO**" in gate.markdown() and json.loads(json.dumps(gate.to_json()))["decision"] == "GO"
 
 
