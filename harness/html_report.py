@@ -21,7 +21,7 @@ import jinja2
 
 from harness.files import write_atomic
 from harness.grid import Grid
-from harness.known_breaks import STATE_MEANING, State, outcomes
+from harness.known_breaks import STATE_MEANING, outcomes
 from harness.report import (
     FINDING_MARK,
     STATUS_SHORT,
@@ -212,7 +212,6 @@ def render(run: RunResult, run_dir: Path | None = None) -> str:
         classes=expected_failure_classes(run.cells),
         known=known,
         state_meaning=STATE_MEANING,
-        failing_states={State.EXPIRED},
         diff=_read_json(run_dir, DIFF_FILE),
         gate=_read_json(run_dir, GATE_FILE),
         cells_json=script_json(cells),

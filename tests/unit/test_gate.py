@@ -2,10 +2,13 @@
 
 import dataclasses
 import json
+from pathlib import Path
 
+import pytest
 from test_report import BROKEN, ERROR, KEPT, run_of
 
 from harness.abidiff import AbiDiff, SignatureChange
+from harness.cli import main
 from harness.errors import ExitCode
 from harness.gate import Decision, decide, previous_release
 from harness.rundiff import compare
@@ -52,3 +55,13 @@ def test_an_incomplete_run_without_a_reason_is_undecided() -> None:
 
 def test_the_previous_release_is_the_newest_runtime_below_the_candidate() -> None:
     assert previous_release("2.15.0", ["2.9.1", "2.14.1", "2.10.0", "2.16.0"]) == "2.14.1"
+
+
+def test_bad_input_is_refused_before_any_work(repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    matrix = str(repo / "matrix.yaml")
+    reports = ["--reports-dir", str(tmp_path / "reports")]
+    assert main(["gate", "--matrix", matrix, *reports]) == 2
+    assert "--candidate RELEASE is required" in capsys.readouterr().out
+    assert main(["gate", "--matrix", matrix, "--candidate", "2.99.0", *reports]) == 2
+    assert "no wheel of torch 2.99.0 to compare with abi-diff: pass --candidate-wheel" in capsys.readouterr().out
+    assert not (tmp_path / "reports").exists()
