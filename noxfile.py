@@ -87,6 +87,13 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def bench_html(session: nox.Session) -> None:
+    """report.html at scale: synthetic runs of 500 to 5,000 cells, written and opened in Debian's Chromium."""
+    session.install("-e", ".[test]")
+    session.run("python", "benchmarks/bench_html.py", *session.posargs)
+
+
+@nox.session(default=False)
 def bench_docker(session: nox.Session) -> None:
     """The docker backend's costs: engine, base image, container start, a baked image, both backends side by side."""
     session.install("-e", ".")

@@ -25,13 +25,15 @@ from rich.table import Table
 from harness import __version__
 from harness.artifact import Unmet
 from harness.build import BuildResult
+from harness.candidate import with_candidate
 from harness.catalog import UNKNOWN, Catalog, Filters, discover, host_platforms, sources_of
 from harness.catalog import Runtime as ServedRuntime
 from harness.config import DEFAULT_MATRIX, Matrix, Sources, load_matrix, with_overrides
 from harness.envs import Env
 from harness.errors import BadInputError, ExitCode, HarnessError
-from harness.files import writable_dir
+from harness.files import writable_dir, write_atomic
 from harness.grid import NOT_RUN, NOT_RUN_MEANING, Grid
+from harness.known_breaks import State, outcomes
 from harness.plan import Plan, Shard, make_plan
 from harness.report import (
     VERDICT_SYMBOL,
@@ -61,6 +63,7 @@ VERDICT_STYLE = {
     Verdict.SKIPPED: "dim",
     Verdict.ERROR: "bold magenta",
     Verdict.FLAKY: "bold yellow",
+    Verdict.KNOWN_BREAK: "blue",
 }
 PLAN_JSON_VERSION = 1  # `plan --json`; checked against harness/schemas/plan.schema.json
 AUDIT_JSON_VERSION = 1  # `audit-guards --json`
@@ -232,6 +235,13 @@ def parser(prog: str = "python -m harness") -> argparse.ArgumentParser:
             help="a runtime besides the matrix's, e.g. a pre-release or a release candidate (repeatable)",
         )
         p.add_argument(
+            "--candidate",
+            default=None,
+            metavar="RELEASE",
+            help="a release candidate on both axes: a runtime, and the build torch of every stable extension "
+            "at every target from its min_target to the candidate's level",
+        )
+        p.add_argument(
             "--extra-index-url",
             action="append",
             default=[],
@@ -271,74 +281,100 @@ def parser(prog: str = "python -m harness") -> argparse.ArgumentParser:
             help="balance shards by the cells' times in REPORT (others: the cost model); default: the cost model",
         )
 
+    def executing(p: argparse.ArgumentParser) -> None:
+        """What running cells takes: `run` and `gate`."""
+        p.add_argument(
+            "--rerun-broken",
+            type=positive_int,
+            default=0,
+            metavar="N",
+            help="run a broken cell again up to N times; one that then keeps its promise is flaky (exit 0, named)",
+        )
+        p.add_argument(
+            "-j", "--jobs", type=positive_int, default=os.cpu_count() or 1, help="cells at once (default: cores)"
+        )
+        p.add_argument(
+            "--reports-dir", type=Path, default=Path("reports"), help="where reports go (default: %(default)s)"
+        )
+        p.add_argument(
+            "--cache-dir",
+            type=Path,
+            default=None,
+            help="environments and builds (default: $HARNESS_CACHE_DIR or the user cache dir)",
+        )
+        p.add_argument(
+            "--timeout",
+            type=positive_seconds,
+            default=None,
+            help="seconds per cell, over the matrix's settings.cell_timeout and an extension's own timeout",
+        )
+        p.add_argument(
+            "--require-gpu",
+            action="store_true",
+            help="a cuda cell that finds no GPU is an ERROR (exit 3), not SKIPPED: for GPU runners",
+        )
+        p.add_argument(
+            "--require-toolchain",
+            action="store_true",
+            help="a build this machine lacks the C++ compiler, nvcc or CUDA headers for is an ERROR (exit 3), not "
+            "SKIPPED (default: SKIPPED with the reason and the fix; --require-gpu implies it)",
+        )
+        p.add_argument(
+            "--executor",
+            choices=["forkserver", "fresh"],
+            default=None,
+            help="venv backend: fork each cell from one process per runtime that imported torch and pytest once, "
+            "or start a fresh interpreter per cell (default: forkserver; cuda runtimes always run fresh)",
+        )
+        p.add_argument(
+            "--docker-route",
+            choices=["mounted", "baked"],
+            default=None,
+            help="docker backend: mount each release's host env read-only, or bake an image per release "
+            "(default: the matrix's docker.route, else mounted)",
+        )
+        p.add_argument(
+            "--keep-containers",
+            action="store_true",
+            help="docker backend, for debugging: leave each cell's container behind (stopped) instead of removing it",
+        )
+        p.add_argument(
+            "--baseline",
+            type=Path,
+            default=None,
+            help="a previous run (results.json or its directory): write diff.md/diff.json against it",
+        )
+
     run = command("run", help="build, run and report the matrix")
     common(run)
     selection(run)
-    run.add_argument(
-        "--rerun-broken",
-        type=positive_int,
-        default=0,
-        metavar="N",
-        help="run a broken cell again up to N times; one that then keeps its promise is flaky (exit 0, named)",
-    )
-    run.add_argument(
-        "-j", "--jobs", type=positive_int, default=os.cpu_count() or 1, help="cells at once (default: cores)"
-    )
-    run.add_argument(
-        "--reports-dir", type=Path, default=Path("reports"), help="where reports go (default: %(default)s)"
-    )
-    run.add_argument(
-        "--cache-dir",
-        type=Path,
-        default=None,
-        help="environments and builds (default: $HARNESS_CACHE_DIR or the user cache dir)",
-    )
-    run.add_argument(
-        "--timeout",
-        type=positive_seconds,
-        default=None,
-        help="seconds per cell, over the matrix's settings.cell_timeout and an extension's own timeout",
-    )
-    run.add_argument(
-        "--require-gpu",
-        action="store_true",
-        help="a cuda cell that finds no GPU is an ERROR (exit 3), not SKIPPED: for GPU runners",
-    )
-    run.add_argument(
-        "--require-toolchain",
-        action="store_true",
-        help="a build this machine lacks the C++ compiler, nvcc or CUDA headers for is an ERROR (exit 3), not "
-        "SKIPPED (default: SKIPPED with the reason and the fix; --require-gpu implies it)",
-    )
-    run.add_argument(
-        "--executor",
-        choices=["forkserver", "fresh"],
-        default=None,
-        help="venv backend: fork each cell from one process per runtime that imported torch and pytest once, "
-        "or start a fresh interpreter per cell (default: forkserver; cuda runtimes always run fresh)",
-    )
-    run.add_argument(
-        "--docker-route",
-        choices=["mounted", "baked"],
-        default=None,
-        help="docker backend: mount each release's host env read-only, or bake an image per release "
-        "(default: the matrix's docker.route, else mounted)",
-    )
-    run.add_argument(
-        "--keep-containers",
-        action="store_true",
-        help="docker backend, for debugging: leave each cell's container behind (stopped) instead of removing it",
-    )
+    executing(run)
     run.add_argument(
         "--json",
         action="store_true",
         help="results.json's document on stdout when the run ends (the progress and the grid go to stderr)",
     )
-    run.add_argument(
-        "--baseline",
-        type=Path,
+
+    gate = command(
+        "gate",
+        help="GO or NO-GO for a release candidate: abi-diff, the matrix with the candidate on both axes, "
+        "the diff against the previous release's run",
+    )
+    common(gate)
+    executing(gate)
+    gate.set_defaults(rerun_failed=None, shard=None, durations=None)
+    gate.add_argument(
+        "--previous",
         default=None,
-        help="a previous run (results.json or its directory): write diff.md/diff.json against it",
+        metavar="RELEASE",
+        help="the release abi-diff compares the candidate with (default: the matrix's newest runtime below it)",
+    )
+    gate.add_argument(
+        "--candidate-wheel",
+        type=existing_file,
+        default=None,
+        metavar="WHEEL",
+        help="the candidate's torch wheel for abi-diff (default: one in --find-links, else the manifest's release)",
     )
 
     plan = command("plan", help="print the selected cells and what each is promised; do nothing else")
@@ -352,6 +388,25 @@ def parser(prog: str = "python -m harness") -> argparse.ArgumentParser:
         help="how the selected cells split into N shards; with --json, a job matrix for a CI fan-out",
     )
     plan.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+
+    report = command(
+        "report", help="write a run's report.html again from its results.json (and diff.json, gate.json beside it)"
+    )
+    report.add_argument("report", type=Path, metavar="REPORT", help="a reports/<run-id> directory or its results.json")
+
+    compat = command(
+        "compat",
+        help="per build, the runtimes it is proven to work on: a Markdown table and a one-line range for a README",
+    )
+    compat.add_argument("report", type=Path, metavar="REPORT", help="a reports/<run-id> directory or its results.json")
+    compat.add_argument(
+        "-k",
+        "--build",
+        action="append",
+        default=[],
+        metavar="SELECTOR",
+        help="only builds whose id matches (any part, * ? [...] wildcards); repeatable",
+    )
 
     merge = command("merge", help="combine the reports of a plan's shards into one report")
     merge.add_argument(
@@ -627,6 +682,9 @@ def print_grid(run: RunResult) -> None:
             console.print(f"   [{style}]{cell.verdict.value}[/] {line}")
             for number, attempt in enumerate(cell.attempts, 1):
                 console.print(f"      {escape(attempt.line(number))}")
+    for outcome in outcomes(run.known_breaks, run.cells):
+        paint = {State.EXPIRED: "bold red", State.ACCEPTED: VERDICT_STYLE[Verdict.KNOWN_BREAK]}
+        console.print(f"   [{paint.get(outcome.state, 'yellow')}]known break[/] {escape(outcome.line())}")
     seen = collections.Counter(d.key for cell in run.cells for d in cell.doc_differences)
     for key, cells in sorted(seen.items()):
         console.print(f"   [cyan]differs from the documents[/] {escape(key)}: in {cells} cell(s), see summary.md")
@@ -637,7 +695,8 @@ def _painted(text: str, verdict: Verdict | None) -> str:
 
 
 def load_matrix_with_overrides(args: argparse.Namespace) -> Matrix:
-    return with_overrides(load_matrix(args.matrix), args.add_runtime, args.extra_index_url, args.find_links)
+    matrix = with_overrides(load_matrix(args.matrix), args.add_runtime, args.extra_index_url, args.find_links)
+    return with_candidate(matrix, args.candidate) if args.candidate else matrix
 
 
 def durations_of(args: argparse.Namespace) -> dict[str, float] | None:
@@ -670,7 +729,7 @@ def selected_plan(args: argparse.Namespace) -> Plan:
 
 def finish(run: RunResult, run_dir: Path) -> int:
     """The last lines of `run` and `merge`: where the report is, what the run says, its exit code."""
-    console.print(f"report: {run_dir}/summary.md, results.json, junit.xml")
+    console.print(f"report: {run_dir}/summary.md, results.json, junit.xml, report.html")
     flaky = [c.id for c in run.cells if c.verdict is Verdict.FLAKY]
     if flaky:
         console.print(
@@ -688,11 +747,23 @@ def finish(run: RunResult, run_dir: Path) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from harness.pipeline import Pipeline, RunOptions, make_backend  # heavy imports only for `run`
-
     plan = selected_plan(args)
     if args.rerun_failed is not None and not plan.cells:  # pytest --lf would run everything; this runs nothing
         return int(ExitCode.OK)
+    baseline = load_run(args.baseline) if args.baseline else None  # a bad baseline fails before any work
+    run, run_dir = execute(args, plan)
+    if baseline is not None:
+        against_baseline(baseline, run, run_dir)
+    code = finish(run, run_dir)
+    if args.json:
+        emit_json(run.to_json())
+    return code
+
+
+def execute(args: argparse.Namespace, plan: Plan) -> tuple[RunResult, Path]:
+    """Build, run and report the plan's cells (`run`, `gate`); the grid is printed, the report written."""
+    from harness.pipeline import Pipeline, RunOptions, make_backend  # heavy imports only for `run`
+
     matrix = plan.matrix
     cache_dir = (args.cache_dir or default_cache_dir()).absolute()  # cells run in their own directory
     writable_dir(args.reports_dir, "--reports-dir")
@@ -706,7 +777,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         rerun_broken=args.rerun_broken,
         require_toolchain=args.require_toolchain or args.require_gpu,
     )
-    baseline = load_run(args.baseline) if args.baseline else None  # a bad baseline fails before any work
     if args.executor and args.backend != "venv":
         raise BadInputError(
             f"--executor {args.executor} is for the venv backend; --backend docker runs a container per cell"
@@ -726,19 +796,87 @@ def cmd_run(args: argparse.Namespace) -> int:
     observer.close()
     print_grid(run)
     annotate(run)
-    if baseline is not None:
-        write_diff(compare(baseline, run), run_dir)
-    code = finish(run, run_dir)
-    if args.json:
-        emit_json(run.to_json())
-    return code
+    return run, run_dir
 
 
-def write_diff(result: RunDiff, run_dir: Path) -> None:
-    """--baseline: diff.md and diff.json beside the report, and the diff on the terminal."""
-    (run_dir / "diff.md").write_text(result.markdown())
-    (run_dir / "diff.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
+def against_baseline(baseline: RunResult, run: RunResult, run_dir: Path) -> RunDiff:
+    """diff.md and diff.json in the run's report, report.html again with them; printed."""
+    from harness.html_report import write_html
+
+    result = compare(baseline, run)
+    write_atomic(run_dir / "diff.md", result.markdown())
+    write_atomic(run_dir / "diff.json", json.dumps(result.to_json(), indent=2) + "\n")
+    write_html(run, run_dir)
     print_diff(result)
+    return result
+
+
+def cmd_gate(args: argparse.Namespace) -> int:
+    """abi-diff, then the matrix with the candidate on both axes, then the baseline diff: GO or NO-GO."""
+    from harness.abidiff import diff, surface
+    from harness.gate import candidate_ref, decide, previous_release
+    from harness.html_report import write_html
+    from harness.manifest import packaged_manifest
+
+    if not args.candidate:
+        raise BadInputError("gate: --candidate RELEASE is required (the release to decide on, e.g. 2.16.0)")
+    plan = selected_plan(args)  # every input is checked before any work: matrix, selectors, baseline, wheel
+    baseline = load_run(args.baseline) if args.baseline else None
+    manifest = packaged_manifest()
+    previous = args.previous or previous_release(
+        args.candidate, [str(r.torch) for r in plan.matrix.runtimes if str(r.torch) != args.candidate]
+    )
+    ref = candidate_ref(args.candidate, args.candidate_wheel, plan.matrix.sources.find_links, manifest.releases)
+    console.print(f"[bold]== abi-diff[/]: {escape(previous)} -> {escape(ref)}")
+    abi = diff(surface(manifest, previous), surface(manifest, ref))
+    run, run_dir = execute(args, plan)
+    result = against_baseline(baseline, run, run_dir) if baseline is not None else None
+    gate = decide(args.candidate, previous, abi, run, result)
+    write_atomic(run_dir / "gate.md", gate.markdown())
+    write_atomic(run_dir / "gate.json", json.dumps(gate.to_json(), indent=2, ensure_ascii=False) + "\n")
+    write_html(run, run_dir)
+    console.print()
+    console.print(escape(gate.markdown()), soft_wrap=True)
+    style = {ExitCode.OK: "bold green", ExitCode.BROKEN: "bold red"}.get(gate.exit_code, "bold magenta")
+    console.print(f"report: {run_dir}/gate.md, gate.json, report.html, summary.md, results.json")
+    console.print(f"[{style}]{gate.decision.value}[/] for torch {escape(args.candidate)} (exit {int(gate.exit_code)})")
+    return int(gate.exit_code)
+
+
+def cmd_compat(args: argparse.Namespace) -> int:
+    from harness.compat import claims, markdown
+
+    run = load_run(args.report)
+    found = claims(run, args.build)
+    if not found:
+        raise BadInputError(f"{args.report}: no build matches {' '.join(args.build)!r}")
+    for line in markdown(found):
+        console.print(escape(line), soft_wrap=True)
+    console.print()
+    holes = 0
+    for claim in found:
+        console.print(f"{escape(claim.build)}: {escape(claim.line())}", soft_wrap=True)
+        for cell in claim.holes:
+            holes += 1
+            console.print(
+                f"   [bold red]hole[/]: not proven on {escape(cell.runtime_id)} ({escape(cell.runtime_torch)}, "
+                f"CPython {escape(cell.runtime_python or '?')}), inside that range: {cell.status.value} "
+                f"({cell.verdict.value}): {escape(cell.reason)}",
+                soft_wrap=True,
+            )
+    if holes:
+        console.print(f"[bold red]{holes} hole(s)[/]: the one-line ranges above would hide them (exit 1)")
+        return int(ExitCode.BROKEN)
+    return int(ExitCode.OK)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from harness.html_report import write_html
+
+    run = load_run(args.report)
+    path = write_html(run, args.report if args.report.is_dir() else args.report.parent)
+    console.print(f"report: {path} ({len(run.cells)} cells)")
+    return int(ExitCode.OK)
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
@@ -763,7 +901,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
         for item in merged.skipped:
             console.print(f"   {escape(item)}")
     if baseline is not None:
-        write_diff(compare(baseline, run), merged.run_dir)
+        against_baseline(baseline, run, merged.run_dir)
     code = finish(run, merged.run_dir)
     if args.json:
         emit_json(run.to_json())
@@ -773,10 +911,16 @@ def cmd_merge(args: argparse.Namespace) -> int:
 def print_diff(result: RunDiff) -> None:
     console.print(
         f"against baseline {escape(result.baseline)}: [bold red]{len(result.new_breaks)} new break(s)[/], "
-        f"[green]{len(result.fixed)} fixed[/], {len(result.changed)} changed, "
+        f"[green]{len(result.fixed)} fixed[/], {len(result.known_breaks)} known break(s), "
+        f"{len(result.changed)} changed, "
         f"{len(result.added)} new cell(s), {len(result.removed)} no longer run"
     )
-    for title, changes in (("new break", result.new_breaks), ("fixed", result.fixed), ("changed", result.changed)):
+    for title, changes in (
+        ("new break", result.new_breaks),
+        ("fixed", result.fixed),
+        ("known break", result.known_breaks),
+        ("changed", result.changed),
+    ):
         for change in changes:
             console.print(
                 f"   {title}: {escape(change.id)}: {change.before} -> {change.after}: {escape(change.reason)}"
@@ -1125,6 +1269,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "diff": cmd_diff,
             "base-image": cmd_base_image,
             "merge": cmd_merge,
+            "report": cmd_report,
+            "gate": cmd_gate,
+            "compat": cmd_compat,
             "runtimes": cmd_runtimes,
         }
         return commands[args.command](args)

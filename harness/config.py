@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import enum
 import itertools
 import os
@@ -106,6 +107,32 @@ class BuildSpec:
 
 
 @dataclasses.dataclass(frozen=True)
+class KnownBreak:
+    """A broken cell acknowledged until a date (matrix.yaml `known_breaks:`): while it holds, a broken cell its
+    selectors match is a known_break and does not fail the run; after `expires` it fails again, named."""
+
+    name: str
+    cells: tuple[str, ...]  # selectors, as -k takes them
+    reason: str
+    link: str
+    expires: datetime.date  # the last day it holds
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "cells": list(self.cells),
+            "reason": self.reason,
+            "link": self.link,
+            "expires": self.expires.isoformat(),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> KnownBreak:
+        expires = datetime.date.fromisoformat(data["expires"])
+        return cls(data["name"], tuple(data["cells"]), data["reason"], data["link"], expires)
+
+
+@dataclasses.dataclass(frozen=True)
 class Matrix:
     path: Path
     python: str
@@ -115,6 +142,8 @@ class Matrix:
     runtimes: tuple[RuntimeSpec, ...]
     builds: tuple[BuildSpec, ...]
     docker: DockerSettings = DockerSettings()
+    known_breaks: tuple[KnownBreak, ...] = ()
+    candidate: str | None = None  # `run --candidate`: a release added as a runtime and as a build torch
 
 
 def load_extension(directory: Path) -> Extension:
@@ -300,6 +329,7 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
             problems.append(f"{doc.where(where)}: duplicate build {item!r}")
         builds.append(build)
 
+    acknowledged = known_breaks(doc, problems)
     if problems:
         raise ConfigError(path, problems)
     settings: dict[str, Any] = dict(data.get("settings") or {})
@@ -321,7 +351,37 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
         runtimes=tuple(runtimes),
         builds=tuple(builds),
         docker=DockerSettings(**(data.get("docker") or {})),
+        known_breaks=acknowledged,
     )
+
+
+def known_breaks(doc: Document, problems: list[str]) -> tuple[KnownBreak, ...]:
+    """`known_breaks:` after the schema check: each expiry a real date (YAML reads an unquoted 2026-12-31 as
+    one; a quoted one is parsed), each name once."""
+    out: list[KnownBreak] = []
+    for index, item in enumerate(doc.data.get("known_breaks") or ()):
+        where = ("known_breaks", index)
+        value = item["expires"]
+        expires: datetime.date | None = None
+        if isinstance(value, datetime.datetime):
+            expires = value.date()
+        elif isinstance(value, datetime.date):
+            expires = value
+        elif isinstance(value, str):
+            try:
+                expires = datetime.date.fromisoformat(value.strip())
+            except ValueError:
+                pass
+        if expires is None:
+            problems.append(f"{doc.where((*where, 'expires'))}: {value!r} is not a date; write it as YYYY-MM-DD")
+            continue
+        if any(k.name == item["name"] for k in out):
+            problems.append(f"{doc.where((*where, 'name'))}: {item['name']!r} names another known break too")
+            continue
+        cells = item["cells"]
+        selectors = (cells,) if isinstance(cells, str) else tuple(cells)
+        out.append(KnownBreak(item["name"], selectors, item["reason"], item["link"], expires))
+    return tuple(out)
 
 
 RUNTIME_AXES = ("torch", "variant", "python", "device")  # a runtime entry's lists expand in this order

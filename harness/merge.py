@@ -143,6 +143,8 @@ def combine(shards: Sequence[ShardReport], plan: PlanIdentity, run_id: str) -> R
         interrupted=any(r.interrupted for r in runs),
         plan=plan,
         hosts=tuple(dict.fromkeys(h for r in runs for h in r.hosts)),
+        known_breaks=tuple({k.name: k for r in runs for k in r.known_breaks}.values()),
+        candidate=runs[0].candidate,
     )
 
 

@@ -28,6 +28,7 @@ from harness.execute import CellRequest, Executor, RuntimeHandle
 from harness.files import write_json
 from harness.forkserver import ForkserverBackend
 from harness.host import HostFacts
+from harness.known_breaks import acknowledge
 from harness.manifest import packaged_manifest
 from harness.plan import Build, Cell, Plan, Runtime
 from harness.predict import ArtifactImports, Predicted, Prediction, findings, predict
@@ -303,6 +304,8 @@ class Pipeline:
         cells: tuple[CellResult, ...],
         interrupted: bool,
     ) -> RunResult:
+        known = self.plan.matrix.known_breaks
+        cells = tuple(acknowledge(cells, known, started.date()))
         run = RunResult(
             run_id=run_id,
             started=started.isoformat(timespec="seconds"),
@@ -317,6 +320,8 @@ class Pipeline:
             interrupted=interrupted,
             plan=self.plan.identity,
             hosts=(HostFacts.probe(),),
+            known_breaks=known,
+            candidate=self.plan.matrix.candidate,
         )
         write_report(run, run_dir)
         point_latest(self.options.reports_dir, run_dir)

@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from harness.collect import CaseCounts, DocDifference
+from harness.config import KnownBreak
 from harness.errors import ExitCode, InfrastructureError
 from harness.files import write_atomic
 from harness.grid import NOT_RUN, NOT_RUN_MEANING, Grid
 from harness.host import HostFacts
+from harness.known_breaks import outcomes
 from harness.plan import Cell, PlanIdentity
 from harness.status import CONDITION_MEANING, Condition, Status
 from harness.verdict import KEEPS_PROMISE, Expected, Promise, Verdict, judge, promise
@@ -23,7 +25,9 @@ from harness.verdict import KEEPS_PROMISE, Expected, Promise, Verdict, judge, pr
 # 2: each cell has its static prediction and findings; 3: and its doc_differences; 4: the run's plan identity
 # (digest, every cell of the plan, the shard), each cell's attempts (--rerun-broken), the flaky verdict,
 # each cell's expected_class (the condition that decided its promise) and its prediction's unmet conditions;
-# 5: the Python of each cell's build and runtime; 6: the hosts the run ran on (OS, glibc, compiler, nvcc).
+# 5: the Python of each cell's build and runtime; 6: the hosts the run ran on (OS, glibc, compiler, nvcc), the
+# known_break verdict, each cell's known_break (the matrix's known_breaks entry that matched it), the run's
+# known_breaks with their state, and its candidate.
 RESULTS_SCHEMA_VERSION = 6
 
 VERDICT_SYMBOL = {
@@ -34,6 +38,7 @@ VERDICT_SYMBOL = {
     Verdict.SKIPPED: "⏭️",
     Verdict.ERROR: "⚠️",
     Verdict.FLAKY: "🔁",
+    Verdict.KNOWN_BREAK: "🩹",
 }
 VERDICT_MEANING = {
     Verdict.KEPT: "promised to pass, and passed",
@@ -43,6 +48,7 @@ VERDICT_MEANING = {
     Verdict.SKIPPED: "not run (reason given)",
     Verdict.ERROR: "the harness or its infrastructure failed; says nothing about the extension",
     Verdict.FLAKY: "**flaky**: broke the promise, then kept it on a retry (not kept; attempts listed below)",
+    Verdict.KNOWN_BREAK: "a known break: broke the promise, acknowledged by a known_breaks entry until it expires",
 }
 FINDING_MARK = "🔎"
 STATUS_SHORT = {
@@ -120,6 +126,7 @@ class CellResult:
     doc_differences: tuple[DocDifference, ...] = ()  # what its tests saw the runtime do other than documented
     executor: str | None = None  # how its process started (fresh, forkserver, container); None: it did not start
     attempts: tuple[Attempt, ...] = ()  # every run of a cell run again (--rerun-broken), in order; else empty
+    known_break: str | None = None  # the known_breaks entry matching its id, whatever its verdict (from version 6)
 
     @classmethod
     def judged(
@@ -202,6 +209,7 @@ class CellResult:
             "doc_differences": [d.to_json() for d in self.doc_differences],
             "executor": self.executor,
             "attempts": [a.to_json() for a in self.attempts],
+            "known_break": self.known_break,
         }
 
     @classmethod
@@ -237,6 +245,7 @@ class CellResult:
             doc_differences=tuple(DocDifference.from_json(d) for d in data.get("doc_differences", ())),  # from 3
             executor=data.get("executor"),  # from 4
             attempts=tuple(Attempt.from_json(a) for a in data.get("attempts", ())),  # from 4
+            known_break=data.get("known_break"),  # from 6
         )
 
 
@@ -255,6 +264,8 @@ class RunResult:
     interrupted: bool = False
     plan: PlanIdentity | None = None  # None only in results.json older than version 4
     hosts: tuple[HostFacts, ...] = ()  # the machines it ran on (a merge: each shard's); empty before version 6
+    known_breaks: tuple[KnownBreak, ...] = ()  # the matrix's known_breaks entries (from version 6)
+    candidate: str | None = None  # `run --candidate`: the release tried as a build torch and a runtime (from 6)
 
     @property
     def exit_code(self) -> ExitCode:
@@ -288,6 +299,11 @@ class RunResult:
             "selectors": list(self.selectors),
             "interrupted": self.interrupted,
             "plan": self.plan.to_json() if self.plan else None,
+            "candidate": self.candidate,
+            "known_breaks": [
+                {**o.entry.to_json(), "state": o.state.value, "matched": list(o.cells)}
+                for o in outcomes(self.known_breaks, self.cells)
+            ],
             "exit_code": int(self.exit_code),
             "summary": self.counts(),
             "builds": list(self.build_order),
@@ -312,6 +328,8 @@ class RunResult:
             interrupted=data["interrupted"],
             plan=PlanIdentity.from_json(data["plan"]) if data.get("plan") else None,  # from 4
             hosts=tuple(HostFacts.from_json(h) for h in data.get("hosts", ())),  # from 6
+            known_breaks=tuple(KnownBreak.from_json(k) for k in data.get("known_breaks", ())),  # from 6
+            candidate=data.get("candidate"),  # from 6
         )
 
 
@@ -326,13 +344,7 @@ def summary_markdown(run: RunResult) -> str:
         + (f", shard {run.plan.shard} of a plan of {len(run.plan.cells)} cells" if run.plan and run.plan.shard else "")
         + ".",
         "",
-        "**Result: "
-        + {
-            ExitCode.OK: "every promise kept" if not counts["flaky"] else "no promise broken for good: flaky cells",
-            ExitCode.BROKEN: "a promise was broken",
-            ExitCode.INFRASTRUCTURE: "the run had infrastructure errors",
-        }[run.exit_code]
-        + f"** (exit {int(run.exit_code)}). "
+        f"**Result: {headline(run)}** (exit {int(run.exit_code)}). "
         + ", ".join(f"{n} {v.replace('_', ' ')}" for v, n in counts.items() if n)
         + ("; interrupted" if run.interrupted else ""),
         "",
@@ -352,6 +364,7 @@ def summary_markdown(run: RunResult) -> str:
         for group in groups:
             lines.append(f"- {VERDICT_SYMBOL[Verdict.EXPECTED_FAILURE]} {group.markdown()}")
         lines.append("")
+    lines += known_breaks_markdown(run)
     findings = [c for c in sorted(run.cells, key=lambda c: natural_key(c.id)) if c.findings]
     predicted = sum(1 for c in run.cells if c.prediction is not None)
     verdict_line = f"{len(findings)} have findings:" if findings else "every prediction matched the outcome."
@@ -380,6 +393,30 @@ def summary_markdown(run: RunResult) -> str:
             lines += [f"  - {md_text(a.line(n))}" for n, a in enumerate(cell.attempts, 1)]
         lines.append("")
     return "\n".join(lines)
+
+
+def headline(run: RunResult) -> str:
+    """What the run says, in a few words: the summary's and the page's headline."""
+    counts = run.counts()
+    if run.exit_code is ExitCode.OK and counts["flaky"]:
+        return "no promise broken for good: flaky cells"
+    if run.exit_code is ExitCode.OK and counts["known_break"]:
+        return "no promise broken but the known breaks"
+    return {
+        ExitCode.OK: "every promise kept",
+        ExitCode.BROKEN: "a promise was broken",
+        ExitCode.INFRASTRUCTURE: "the run had infrastructure errors",
+    }[run.exit_code]
+
+
+def known_breaks_markdown(run: RunResult) -> list[str]:
+    """The matrix's known_breaks entries and what each came to in this run."""
+    found = outcomes(run.known_breaks, run.cells)
+    if not found:
+        return []
+    lines = ["## Known breaks", ""]
+    lines += [f"- {'❌ ' if o.failing else ''}**{o.state.value}** {o.line()}" for o in found]
+    return [*lines, ""]
 
 
 def grid_mark(cell: CellResult) -> str:
@@ -521,9 +558,12 @@ def junit_xml(run: RunResult) -> str:
         elif cell.verdict is Verdict.ERROR:
             errors += 1
             ET.SubElement(case, "error", message=message, type=cell.status.value)
-        elif cell.verdict in (Verdict.SKIPPED, Verdict.EXPECTED_FAILURE):
+        elif cell.verdict in (Verdict.SKIPPED, Verdict.EXPECTED_FAILURE, Verdict.KNOWN_BREAK):
             skipped += 1
-            prefix = f"expected failure{_class_of(cell)}: " if cell.verdict is Verdict.EXPECTED_FAILURE else ""
+            prefix = {
+                Verdict.EXPECTED_FAILURE: f"expected failure{_class_of(cell)}: ",
+                Verdict.KNOWN_BREAK: f"known break {cell.known_break}: ",
+            }.get(cell.verdict, "")
             ET.SubElement(case, "skipped", message=prefix + message)
         ET.SubElement(case, "system-out").text = f"{cell.verdict.value}: {message}"
     suite.set("failures", str(failures))
@@ -545,18 +585,22 @@ def _reruns(case: ET.Element, attempts: Sequence[Attempt], kind: str) -> None:
 
 
 def write_report(run: RunResult, out_dir: Path) -> dict[str, Path]:
-    """results.json, summary.md and junit.xml, each whole or not at all; every one is tried, and a
+    """results.json, summary.md, junit.xml and report.html, each whole or not at all; every one is tried, and a
     failure names the files that could not be written (ReportError, after the others are written)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     files = {
         "results": out_dir / "results.json",
         "summary": out_dir / "summary.md",
         "junit": out_dir / "junit.xml",
+        "html": out_dir / "report.html",
     }
+    from harness.html_report import render as html  # it lays out what this module defines
+
     render: dict[str, Callable[[], str]] = {
         "results": lambda: json.dumps(run.to_json(), indent=2, ensure_ascii=False) + "\n",
         "summary": lambda: summary_markdown(run),
         "junit": lambda: junit_xml(run),
+        "html": lambda: html(run, out_dir),
     }
     failed: list[str] = []
     for name, path in files.items():

@@ -32,6 +32,7 @@ class RunDiff:
     new_breaks: tuple[CellChange, ...]  # broken now, not broken in the baseline (or new and broken)
     fixed: tuple[CellChange, ...]  # broken in the baseline, not broken now
     changed: tuple[CellChange, ...]  # any other change of status or verdict
+    known_breaks: tuple[CellChange, ...]  # broken now under a known_breaks entry that holds: neither new nor fixed
     added: tuple[str, ...]
     removed: tuple[str, ...]
 
@@ -43,15 +44,16 @@ class RunDiff:
             "new_breaks": [c.to_json() for c in self.new_breaks],
             "fixed": [c.to_json() for c in self.fixed],
             "changed": [c.to_json() for c in self.changed],
+            "known_breaks": [c.to_json() for c in self.known_breaks],
             "added": list(self.added),
             "removed": list(self.removed),
         }
 
     def markdown(self) -> str:
         lines = [f"# Against baseline {md_text(self.baseline)}", ""]
-        if not (self.new_breaks or self.fixed or self.changed or self.added or self.removed):
+        if not (self.new_breaks or self.fixed or self.changed or self.known_breaks or self.added or self.removed):
             return "\n".join([*lines, "No cell changed.", ""])
-        for title, changes in (("New breaks", self.new_breaks), ("Fixed", self.fixed), ("Changed", self.changed)):
+        for title, changes in self.sections():
             if changes:
                 lines += [f"## {title} ({len(changes)})", ""]
                 lines += [f"- `{c.id}`: {c.before} -> **{c.after}**: {md_text(c.reason)}" for c in changes]
@@ -60,6 +62,14 @@ class RunDiff:
             if ids:
                 lines += [f"## {title} ({len(ids)})", "", *(f"- `{i}`" for i in ids), ""]
         return "\n".join(lines)
+
+    def sections(self) -> tuple[tuple[str, tuple[CellChange, ...]], ...]:
+        return (
+            ("New breaks", self.new_breaks),
+            ("Fixed", self.fixed),
+            ("Known breaks (acknowledged, not new)", self.known_breaks),
+            ("Changed", self.changed),
+        )
 
 
 def load_run(path: Path) -> RunResult:
@@ -92,9 +102,14 @@ def compare(baseline: RunResult, current: RunResult) -> RunDiff:
     new_breaks: list[CellChange] = []
     fixed: list[CellChange] = []
     changed: list[CellChange] = []
+    known: list[CellChange] = []
     for cell_id in sorted(after, key=natural_key):
         now = after[cell_id]
         old = before.get(cell_id)
+        if now.verdict is Verdict.KNOWN_BREAK:  # acknowledged: kept apart whether it broke now or before
+            state = _state(old) if old else "absent"
+            known.append(CellChange(cell_id, state, _state(now), f"known break {now.known_break}: {now.reason}"))
+            continue
         if old is None:
             if now.verdict is Verdict.BROKEN:
                 new_breaks.append(CellChange(cell_id, "absent", _state(now), now.reason))
@@ -107,7 +122,7 @@ def compare(baseline: RunResult, current: RunResult) -> RunDiff:
             change = CellChange(cell_id, _state(old), _state(now), now.reason)
         if now.verdict is Verdict.BROKEN and old.verdict is not Verdict.BROKEN:
             new_breaks.append(change)
-        elif old.verdict is Verdict.BROKEN and now.verdict in GOOD:
+        elif old.verdict in (Verdict.BROKEN, Verdict.KNOWN_BREAK) and now.verdict in GOOD:
             fixed.append(change)
         else:
             changed.append(change)
@@ -117,6 +132,7 @@ def compare(baseline: RunResult, current: RunResult) -> RunDiff:
         new_breaks=tuple(new_breaks),
         fixed=tuple(fixed),
         changed=tuple(changed),
+        known_breaks=tuple(known),
         added=tuple(sorted(set(after) - set(before), key=natural_key)),
         removed=tuple(sorted(set(before) - set(after), key=natural_key)),
     )

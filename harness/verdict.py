@@ -34,6 +34,7 @@ class Verdict(enum.StrEnum):
     SKIPPED = "skipped"
     ERROR = "error"
     FLAKY = "flaky"  # broken, then kept the promise on a retry (`run --rerun-broken N`): never reads as kept
+    KNOWN_BREAK = "known_break"  # broken, and acknowledged by a known_breaks entry that has not expired
 
 
 KEEPS_PROMISE = frozenset({Verdict.KEPT, Verdict.EXPECTED_FAILURE})  # a retry ending so makes a broken cell flaky

@@ -163,10 +163,14 @@ def test_the_nightly_fans_the_cpu_matrix_out_over_shards_and_merges_them() -> No
     assert "--shard" not in runs("gpu"), "the GPU job is one shard of another plan"
 
 
-def test_the_release_gate_runs_abi_diff_and_the_full_matrix() -> None:
+def test_the_release_gate_decides_on_the_full_matrix_and_posts_the_decision_and_the_page() -> None:
     (job,) = load_workflow(REPO / "ci" / "release-gating.yml")["jobs"].values()
     runs = " ".join(step.get("run", "") for step in job["steps"])
-    assert "abi-diff" in runs and "nox -s matrix -- --add-runtime" in runs and " -k " not in runs
+    assert 'nox -s harness -- gate --candidate "$CANDIDATE"' in runs and " -k " not in runs
+    assert 'gate.md >> "$GITHUB_STEP_SUMMARY"' in runs
+    uploads = [step["with"]["path"] for step in job["steps"] if "upload-artifact" in step.get("uses", "")]
+    assert "reports/latest/report.html" in uploads
+    assert '["exit_code"]' in job["steps"][-1]["run"]  # the job ends with the gate's own code
 
 
 def test_ci_matrices_load() -> None:
