@@ -305,7 +305,11 @@ class Pipeline:
         interrupted: bool,
     ) -> RunResult:
         known = self.plan.matrix.known_breaks
-        cells = tuple(acknowledge(cells, known, started.date()))
+        acknowledged = acknowledge(cells, known, started.date())
+        cells = tuple(  # a cell an entry names says so in its own result.json too
+            self._record(after, run_dir / "cells" / after.id) if after != before else before
+            for before, after in zip(cells, acknowledged, strict=True)
+        )
         run = RunResult(
             run_id=run_id,
             started=started.isoformat(timespec="seconds"),

@@ -104,6 +104,8 @@ def test_a_planted_break_is_no_go_until_acknowledged_and_again_when_that_expires
     results = latest_results(tmp_path / "reports")
     cell = cells_by_id(results)["planted@b2.13.0-t2.10~r2.15.0-cpu"]
     assert (cell["verdict"], cell["known_break"]) == ("known_break", "planted-2.15")
+    own = json.loads((tmp_path / "reports" / "latest" / "cells" / cell["id"] / "result.json").read_text())
+    assert (own["verdict"], own["known_break"]) == ("known_break", "planted-2.15")  # the cell's file agrees
     assert {k["name"]: k["state"] for k in results["known_breaks"]} == {
         "planted-2.15": "accepted",
         "was-broken": "fixed",
