@@ -14,6 +14,7 @@ from harness.build import IGNORED
 from harness.cli import default_cache_dir
 from harness.config import DEFAULT_PYTHON, Sources
 from harness.envs import EnvManager, EnvSpec
+from harness.report import md_text
 from harness.sources import resolve_sources
 
 RUNTIMES = ("2.10.0", "2.13.0", "2.15.0")
@@ -89,7 +90,7 @@ def test_a_missing_test_dependency_is_an_error_naming_the_module_where_and_the_f
         "the runtime has no 'expecttest': declare what the suite needs in extension.yaml (test_requires: [expecttest])"
     )
     summary = (tutorial / "r" / "latest" / "summary.md").read_text()
-    assert "No module named 'expecttest'" in summary and "test_requires: [expecttest]" in summary
+    assert "No module named 'expecttest'" in summary and md_text("test_requires: [expecttest]") in summary
     assert "No module named 'expecttest'" in " ".join(proc.stdout.split())  # the terminal, however it wraps
 
 
