@@ -48,15 +48,7 @@ class HostFacts:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> HostFacts:
-        return cls(
-            os=data["os"],
-            machine=data["machine"],
-            cpus=data["cpus"],
-            glibc=data["glibc"],
-            python=data["python"],
-            compiler=data["compiler"],
-            nvcc=data["nvcc"],
-        )
+        return cls(**{field.name: data[field.name] for field in dataclasses.fields(cls)})
 
 
 def _version_line(argv: list[str], first: bool) -> str | None:
