@@ -66,7 +66,7 @@ VERDICT_STYLE = {
     Verdict.KNOWN_BREAK: "blue",
 }
 PLAN_JSON_VERSION = 1  # `plan --json`; checked against harness/schemas/plan.schema.json
-AUDIT_JSON_VERSION = 1  # `audit-guards --json`
+AUDIT_JSON_VERSION = 2  # `audit-guards --json` (2: chain, missing_at, header_findings)
 
 
 def emit_json(data: object) -> None:
@@ -1129,26 +1129,45 @@ def cmd_abi_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_audit_guards(args: argparse.Namespace) -> int:
-    from harness.audit import confirm, find_latent_breaks
+    import tempfile
+
+    from harness.audit import confirm, cuda_include, exports_by_target, find_latent_breaks
     from harness.config import DEFAULT_PYTHON
     from harness.envs import EnvManager, EnvSpec
+    from harness.header_probe import HeaderFinding, probe_headers
     from harness.manifest import packaged_manifest
     from harness.sources import ResolvedSources
+    from harness.visibility import packaged_visibility, scan_include
 
     manifest = packaged_manifest()
     release = manifest.release(args.release)
-    breaks = find_latent_breaks(manifest, release, args.min_target)
     include = args.headers
-    if include is None and not args.no_probe:
+    if include is None:
         env = EnvManager(default_cache_dir(), ResolvedSources(None, (), (), "")).cached(
             EnvSpec(Version(release), "auto", DEFAULT_PYTHON)
         )
         include = env.torch_lib.parent / "include" if env else None
+    visibility = packaged_visibility().get(release)
+    if visibility is None:
+        if include is None:
+            raise BadInputError(
+                f"{release}: its headers were never preprocessed (not in harness/data/stable_visibility.json) "
+                "and there are none here; pass --headers <torch/include> of that release"
+            )
+        visibility = scan_include(include, release, cuda_include=cuda_include())
+    breaks = find_latent_breaks(manifest, release, args.min_target, visibility)
     probed = include is not None and not args.no_probe
-    if probed and breaks:
-        breaks = confirm(breaks, include)
+    header_findings: list[HeaderFinding] = []
+    if probed and include is not None:
+        if breaks:
+            breaks = confirm(breaks, include)
+        exports = exports_by_target(manifest, visibility.targets)
+        with tempfile.TemporaryDirectory(prefix="audit-headers-") as tmp:
+            for target in (t for t in visibility.targets if t >= args.min_target and t in exports):
+                header_findings += probe_headers(include, target, exports[target], Path(tmp))
     # A claim that compiling disproved is no break; an unprobed one still counts.
-    code = int(ExitCode.BROKEN if any(b.confirmed is not False for b in breaks) else ExitCode.OK)
+    broken = any(b.confirmed is not False for b in breaks) or bool(header_findings)
+    code = int(ExitCode.BROKEN if broken else ExitCode.OK)
     if args.json:
         emit_json(
             {
@@ -1157,16 +1176,25 @@ def cmd_audit_guards(args: argparse.Namespace) -> int:
                 "min_target": str(args.min_target),
                 "probed": probed,
                 "latent_breaks": [b.to_json() for b in breaks],
+                "header_findings": [f.to_json() for f in header_findings],
             }
         )
         return code
     console.print(
-        f"[bold]{release}[/]: {len(breaks)} declaration(s) visible at a target whose release does not export them"
+        f"[bold]{release}[/]: {len(breaks)} declaration(s) visible to the preprocessor at a target whose release "
+        "does not export them"
         + ("" if probed else " [dim](not confirmed by compiling: no headers; pass --headers)[/]")
     )
     for item in breaks:
         mark = {True: "[red]confirmed[/]", False: "[green]not visible when compiled[/]", None: "[dim]unprobed[/]"}
         console.print(f"   {mark[item.confirmed]} {escape(item.describe())}")
+    if probed:
+        console.print(
+            f"[bold]{release}[/]: {len(header_findings)} header-only wrapper(s)/macro(s) that a build at a target "
+            "cannot use (does not compile, or imports what that release does not export)"
+        )
+        for finding in header_findings:
+            console.print(f"   [red]{finding.kind}[/] {escape(finding.describe())}")
     return code
 
 
