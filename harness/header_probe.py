@@ -128,6 +128,7 @@ def compile_probe(
         "c++",
         "-c",
         "-O0",
+        "-w",
         "-std=c++17",
         "-fPIC",
         "-fkeep-inline-functions",
@@ -147,7 +148,22 @@ def compile_probe(
     return (obj if proc.returncode == 0 else None), proc.stderr
 
 
-ERROR_LINE = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):\d+: error: (?P<message>.*)$", re.M)
+ERROR_LINE = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):\d+: (?P<kind>error|note): (?P<message>.*)$", re.M)
+
+
+def macros_failing(errors: str, probe_name: str, spans: dict[str, range]) -> dict[str, str]:
+    """The macros whose use an error (or a note of an error: "in expansion of macro") points into."""
+    failed: dict[str, str] = {}
+    last_error = ""
+    for line in ERROR_LINE.finditer(errors):
+        if line["kind"] == "error":
+            last_error = f"{Path(line['file']).name}:{line['line']}: {line['message'].strip()}"
+        if not line["file"].endswith(probe_name):
+            continue
+        for name, span in spans.items():
+            if int(line["line"]) in span:
+                failed.setdefault(name, last_error)
+    return failed
 
 
 def imports_by_function(obj: Path) -> dict[str, frozenset[str]]:
@@ -196,17 +212,9 @@ def probe_headers(
         obj, errors = compile_probe(include, source, target, workdir, cuda_include)
         if obj is not None:
             break
-        spans = macro_lines(source, remaining)
-        failed: dict[str, str] = {}
-        for error in ERROR_LINE.finditer(errors):
-            if not error["file"].endswith(f"header-probe-{target}.cpp"):
-                continue
-            line = int(error["line"])
-            for name, span in spans.items():
-                if line in span:
-                    failed.setdefault(name, error["message"].strip())
+        failed = macros_failing(errors, f"header-probe-{target}.cpp", macro_lines(source, remaining))
         if not failed:
-            first = ERROR_LINE.search(errors)
+            first = next((e for e in ERROR_LINE.finditer(errors) if e["kind"] == "error"), None)
             message = f"{first['file']}:{first['line']}: {first['message']}" if first else errors.strip()[-300:]
             return [*findings, HeaderFinding("headers", "the public stable headers", target, error=message)]
         findings += [HeaderFinding("macro", name, target, error=message) for name, message in sorted(failed.items())]
