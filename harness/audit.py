@@ -84,7 +84,9 @@ def visible_but_not_exported(
         chain = visibility.chains[name]
         device = "cuda" if visibility.needs_cuda(name, missing[0]) else None
         found.append(
-            LatentBreak(name, chain[-1] if chain else "", None, missing[0], None, device, chain=chain, missing_at=missing)
+            LatentBreak(
+                name, chain[-1] if chain else "", None, missing[0], None, device, chain=chain, missing_at=missing
+            )
         )
     return sorted(found, key=lambda b: (b.header, b.name))
 

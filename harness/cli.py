@@ -1182,8 +1182,7 @@ def cmd_audit_guards(args: argparse.Namespace) -> int:
         return code
     console.print(
         f"[bold]{release}[/]: {len(breaks)} declaration(s) visible to the preprocessor at a target whose release "
-        "does not export them"
-        + ("" if probed else " [dim](not confirmed by compiling: no headers; pass --headers)[/]")
+        "does not export them" + ("" if probed else " [dim](not confirmed by compiling: no headers; pass --headers)[/]")
     )
     for item in breaks:
         mark = {True: "[red]confirmed[/]", False: "[green]not visible when compiled[/]", None: "[dim]unprobed[/]"}

@@ -22,6 +22,7 @@ from typing import Any
 
 from elftools.elf.elffile import ELFFile
 from elftools.elf.relocation import RelocationSection
+from elftools.elf.sections import SymbolTableSection
 
 from harness.errors import InfrastructureError
 from harness.symbols import STABLE_C_NAME
@@ -172,7 +173,7 @@ def imports_by_function(obj: Path) -> dict[str, frozenset[str]]:
     with obj.open("rb") as stream:
         elf = ELFFile(stream)
         symtab = elf.get_section_by_name(".symtab")
-        if symtab is None:
+        if not isinstance(symtab, SymbolTableSection):
             return found
         for section in elf.iter_sections():
             if not isinstance(section, RelocationSection) or not section.name.startswith(".rela.text."):

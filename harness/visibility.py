@@ -46,9 +46,7 @@ PUBLIC_HEADERS = re.compile(
 CUDA_ONLY_HEADERS = re.compile(r"^torch/(?:headeronly/cuda/|csrc/inductor/aoti_torch/generated/c_shim_cuda\.h)")
 NEVER_ON_LINUX = re.compile(r"win32-headers\.h$")
 LINE_MARKER = re.compile(r'^# (\d+) "((?:\\.|[^"\\])*)"((?: \d+)*)\s*$')
-TOKEN = re.compile(
-    r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|[{};]|\b(?P<name>(?:aoti_torch|torch)_\w+)(?=\s*\()'
-)
+TOKEN = re.compile(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|[{};]|\b(?P<name>(?:aoti_torch|torch)_\w+)(?=\s*\()')
 SCOPE_OPENER = re.compile(r'^(?:extern\s*"C(?:\+\+)?"|(?:inline\s+)?namespace\b[^=]*)$', re.S)
 NOT_A_DECLARATION = re.compile(r"^\s*(?:using|typedef|static_assert|return|template)\b|&\s*$")
 PREPROCESS_TIMEOUT_S = 300
@@ -266,9 +264,7 @@ def scan_include(
                     best = chains.get(name)
                     if best is None or (target, cuda) < best[:2]:
                         chains[name] = (target, cuda, chain)
-    log.info(
-        "%s: %d declarations visible at some target (%d without USE_CUDA)", release, len(chains), len(seen[False])
-    )
+    log.info("%s: %d declarations visible at some target (%d without USE_CUDA)", release, len(chains), len(seen[False]))
     return Visibility(
         release,
         targets,

@@ -1,5 +1,6 @@
 """Header parsing, the manifest, predictions, abi-diff and audit-guards on small real inputs (no torch)."""
 
+import dataclasses
 import json
 import subprocess
 from pathlib import Path
@@ -13,6 +14,7 @@ from harness.manifest import Declaration, Manifest, ReleaseScan, build_manifest,
 from harness.predict import ArtifactImports, Predicted, findings, predict
 from harness.symbols import SymbolKind, classify, read_artifact, system_floor
 from harness.versions import ApiLevel
+from harness.visibility import Visibility
 
 HEADER = """
 #pragma once
@@ -126,9 +128,18 @@ def test_abi_diff_finds_removals_and_signature_changes(manifest: Manifest) -> No
 
 
 def test_audit_guards_flags_what_is_visible_before_it_is_exported(manifest: Manifest) -> None:
-    breaks = find_latent_breaks(manifest, "2.10.0", ApiLevel(2, 9))
-    assert [(b.name, str(b.visible_from), b.first_exported) for b in breaks] == [("torch_b", "2.9", "2.10.0")]
-    assert find_latent_breaks(manifest, "2.11.0", ApiLevel(2, 9)) == []  # 2.11 guards it at 2.10
+    l9, l10, l11 = ApiLevel(2, 9), ApiLevel(2, 10), ApiLevel(2, 11)
+    chain = ("torch/csrc/stable/c/shim.h",)
+    seen_2_10 = Visibility(
+        "2.10.0", (l9, l10), {"torch_b": frozenset({l9, l10}), "aoti_torch_a": frozenset({l9, l10})}, {}, {}
+    )
+    seen_2_10 = dataclasses.replace(seen_2_10, chains={"torch_b": chain, "aoti_torch_a": chain})
+    breaks = find_latent_breaks(manifest, "2.10.0", l9, seen_2_10)
+    assert [(b.name, str(b.visible_from), b.first_exported, b.chain) for b in breaks] == [
+        ("torch_b", "2.9", "2.10.0", chain)
+    ]
+    seen_2_11 = Visibility("2.11.0", (l9, l10, l11), {"torch_b": frozenset({l10, l11})}, {}, {"torch_b": chain})
+    assert find_latent_breaks(manifest, "2.11.0", l9, seen_2_11) == []  # 2.11 hides it below 2.10
 
 
 def test_prediction_names_missing_symbols_with_their_release(manifest: Manifest) -> None:
