@@ -102,7 +102,8 @@ def bench_docker(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def manifest(session: nox.Session) -> None:
-    """Regenerate harness/data/stable_manifest.json from the torch wheels (-- 2.16.0 adds a release).
+    """Regenerate harness/data/stable_manifest.json and stable_visibility.json from the torch wheels (-- 2.16.0 adds
+    a release).
 
     The wheels are the CUDA builds from the default index (pip --isolated: no local +cpu wheel),
     so CUDA-only shims are seen exported too. They are kept in nox's cache between runs.
@@ -135,6 +136,10 @@ def manifest(session: nox.Session) -> None:
             found = sorted(folder.glob("torch-*.whl"))
         wheels.append(str(found[-1]))
     session.run("python", "-m", "harness.manifest", *wheels, "--out", str(MANIFEST))
+    # What a build at each target sees, by the preprocessor (c++ -E over each wheel's headers; audit-guards reads it).
+    session.run(
+        "python", "-m", "harness.visibility", *wheels, "--out", str(MANIFEST.with_name("stable_visibility.json"))
+    )
 
 
 def _version_key(release: str) -> tuple[int, ...]:
