@@ -71,3 +71,6 @@ def test_audit_guards_claim_is_a_real_broken_promise(tmp_path: Path) -> None:
     claims = {b["name"]: b for b in report["latent_breaks"]}
     claim = claims["aoti_torch_int64_to_ivalue"]
     assert (claim["visible_from"], claim["first_exported"], claim["confirmed"]) == ("2.9", "2.10.0", True)
+    # Seen by the preprocessor through what an extension includes: stable/c/shim.h pulls in aoti_torch/c/shim.h.
+    assert claim["chain"][-2:] == ["torch/csrc/stable/c/shim.h", "torch/csrc/inductor/aoti_torch/c/shim.h"]
+    assert claim["missing_at"] == ["2.9"]

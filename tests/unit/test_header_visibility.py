@@ -9,15 +9,17 @@ The tree is a release "2.12" whose headers know version macros up to 2.11 only. 
 - an inline wrapper that calls torch_planted_new.
 """
 
+import zipfile
 from pathlib import Path
 
 import pytest
 
 from harness.audit import confirm, visible_but_not_exported
+from harness.errors import BadInputError
 from harness.header_probe import probe_headers
 from harness.manifest import parse_header
 from harness.versions import ApiLevel
-from harness.visibility import include_of_dir, scan_include, surviving_declarations
+from harness.visibility import include_of_dir, include_of_wheel, public_headers, scan_include, surviving_declarations
 
 L9, L10, L11, L12 = (ApiLevel(2, m) for m in (9, 10, 11, 12))
 
@@ -163,3 +165,23 @@ def test_wrappers_and_macros_are_compiled_and_their_imports_checked(tree: Path, 
     at_11 = {(f.kind, f.name) for f in probe_headers(tree, L11, EXPORTS[L11], tmp_path)}
     assert at_11 == {("macro", "TORCH_ERROR_CODE_CHECK"), ("wrapper", "torch::stable::planted_wrapper(long)")}
     assert probe_headers(tree, L12, EXPORTS[L12], tmp_path) == []
+
+
+def test_a_wheel_s_headers_are_extracted_with_its_release(tree: Path, tmp_path: Path) -> None:
+    wheel = tmp_path / "torch-2.12.0-cp311-cp311-manylinux_2_28_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("torch/version.py", "__version__ = '2.12.0+cu130'\n")
+        for relative, text in TREE.items():
+            archive.writestr(f"torch/include/{relative}", text)
+        archive.writestr("torch/lib/libtorch_cpu.so", b"not extracted")
+    source = include_of_wheel(wheel, tmp_path / "out")
+    assert source.release == "2.12.0"
+    assert scan_include(source.include, source.release).cpu == scan_include(tree, "2.12.0").cpu
+    assert not (tmp_path / "out" / "2.12.0" / "torch" / "lib").exists()
+
+
+def test_a_directory_without_stable_headers_is_bad_input(tmp_path: Path) -> None:
+    with pytest.raises(BadInputError, match="no torch version header"):
+        include_of_dir(tmp_path)
+    with pytest.raises(BadInputError, match="no stable-ABI header under it"):
+        public_headers(tmp_path, cuda=False)
