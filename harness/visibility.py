@@ -44,7 +44,9 @@ PUBLIC_HEADERS = re.compile(
     r"|csrc/inductor/aoti_torch/c/shim\.h|csrc/inductor/aoti_torch/generated/c_shim_(?:aten|cpu|cuda)\.h)$"
 )
 CUDA_ONLY_HEADERS = re.compile(r"^torch/(?:headeronly/cuda/|csrc/inductor/aoti_torch/generated/c_shim_cuda\.h)")
-NEVER_ON_LINUX = re.compile(r"win32-headers\.h$")
+# Windows-only, and the per-architecture vector headers (vec256/missing_vld1_neon.h: ARM NEON types) that
+# vec headers include for their own architecture only.
+NEVER_ON_LINUX = re.compile(r"win32-headers\.h$|^torch/headeronly/cpu/vec/[^/]+/")
 LINE_MARKER = re.compile(r'^# (\d+) "((?:\\.|[^"\\])*)"((?: \d+)*)\s*$')
 TOKEN = re.compile(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|[{};]|\b(?P<name>(?:aoti_torch|torch)_\w+)(?=\s*\()')
 SCOPE_OPENER = re.compile(r'^(?:extern\s*"C(?:\+\+)?"|(?:inline\s+)?namespace\b[^=]*)$', re.S)
