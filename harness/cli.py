@@ -1137,10 +1137,15 @@ def cmd_audit_guards(args: argparse.Namespace) -> int:
     from harness.header_probe import HeaderFinding, probe_headers
     from harness.manifest import packaged_manifest
     from harness.sources import ResolvedSources
-    from harness.visibility import packaged_visibility, scan_include
+    from harness.visibility import OLDEST_TARGET, packaged_visibility, scan_include
 
     manifest = packaged_manifest()
     release = manifest.release(args.release)
+    if ApiLevel.of(Version(release)) < OLDEST_TARGET:
+        raise BadInputError(
+            f"{release} is older than the oldest target a build can ask for ({OLDEST_TARGET}): no target of its "
+            f"headers to audit; audit {OLDEST_TARGET} or later"
+        )
     include = args.headers
     if include is None:
         env = EnvManager(default_cache_dir(), ResolvedSources(None, (), (), "")).cached(

@@ -185,3 +185,10 @@ def test_a_directory_without_stable_headers_is_bad_input(tmp_path: Path) -> None
         include_of_dir(tmp_path)
     with pytest.raises(BadInputError, match="no stable-ABI header under it"):
         public_headers(tmp_path, cuda=False)
+
+
+def test_a_release_older_than_the_oldest_target_is_refused_clearly(capsys: pytest.CaptureFixture[str]) -> None:
+    from harness.cli import main
+
+    assert main(["audit-guards", "2.8.0", "--no-probe"]) == 2
+    assert "2.8.0 is older than the oldest target a build can ask for (2.9)" in capsys.readouterr().err
