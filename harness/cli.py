@@ -478,7 +478,9 @@ def parser(prog: str = "python -m harness") -> argparse.ArgumentParser:
         default=None,
         help="torch/include of that release for the compile probes (default: its harness env, if made)",
     )
-    audit.add_argument("--no-probe", action="store_true", help="skip the compile probes")
+    audit.add_argument(
+        "--no-probe", action="store_true", help="skip the compile probes (confirmations, wrappers and macros)"
+    )
     audit.add_argument("--json", action="store_true", help="machine-readable output on stdout")
 
     base = command(
