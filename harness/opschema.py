@@ -251,7 +251,9 @@ def compare(old: Schema, new: Schema) -> tuple[Difference, ...]:
             found += compare_argument(argument, new.arguments[i], f"argument {i}")
     for argument in new.arguments[old_end:new_end]:
         if argument.default is None:
-            found.append(Difference(Change.BREAKING, f"new argument without a default: {argument.type} {argument.name}"))
+            found.append(
+                Difference(Change.BREAKING, f"new argument without a default: {argument.type} {argument.name}")
+            )
         else:
             found.append(
                 Difference(

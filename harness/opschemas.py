@@ -21,7 +21,7 @@ import json
 import logging
 import subprocess
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,11 @@ for name in torch._C._dispatch_get_all_op_names():
     out.append(str(torch._C._get_schema(op, overload)))
 print(json.dumps({"version": torch.__version__, "schemas": sorted(out)}))
 """
+
+
+def release_of(torch_version: str) -> str:
+    """'2.13.0+cpu' -> '2.13.0': schemas are recorded per release, not per wheel variant."""
+    return Version(torch_version).base_version
 
 
 def op_key(schema_text: str) -> str:
@@ -68,7 +73,7 @@ class OpSchemas:
         return cls(tuple(data["releases"]), data["schemas"])
 
     @classmethod
-    def of(cls, releases: Sequence[str], holds: dict[str, Iterable[str]]) -> OpSchemas:
+    def of(cls, releases: Sequence[str], holds: Mapping[str, Iterable[str]]) -> OpSchemas:
         """From each schema text and the releases where it holds."""
         index = {r: i for i, r in enumerate(releases)}
         return cls(tuple(releases), {t: sum(1 << index[r] for r in set(rs)) for t, rs in holds.items()})
@@ -96,6 +101,17 @@ class OpSchemas:
         for text in self.masks:
             name, _, overload = op_key(text).partition(".")
             found.setdefault(name, {}).setdefault(overload, []).append(text)
+        return found
+
+    @functools.cached_property
+    def shim_names(self) -> dict[str, list[tuple[str, str]]]:
+        """How generated shims name aten ops: 'add_Tensor' -> [('aten::add', 'Tensor')] (aoti_torch_cpu_add_Tensor)."""
+        found: dict[str, list[tuple[str, str]]] = {}
+        for name, overloads in self.by_op.items():
+            namespace, _, short = name.partition("::")
+            if namespace == "aten":
+                for overload in overloads:
+                    found.setdefault(f"{short}_{overload}" if overload else short, []).append((name, overload))
         return found
 
     @functools.cached_property
@@ -162,7 +178,9 @@ class OpChange:
         }
 
 
-def diff_releases(schemas: OpSchemas, old: str, new: str, namespaces: Iterable[str] | None = None) -> tuple[OpChange, ...]:
+def diff_releases(
+    schemas: OpSchemas, old: str, new: str, namespaces: Iterable[str] | None = None
+) -> tuple[OpChange, ...]:
     """Every op overload removed, added or changed from release old to new (sorted by op): removed and
     BC-breaking changes are breaking; new overloads and compatible changes are compatible."""
     wanted = None if namespaces is None else tuple(f"{n}::" for n in namespaces)
@@ -192,7 +210,9 @@ def dump_release(python: Path) -> list[str]:
     log.info("%s -c <dump the dispatcher's schemas>", python)
     proc = subprocess.run(command, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
-        raise InfrastructureError(f"{python}: dumping op schemas failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
+        raise InfrastructureError(
+            f"{python}: dumping op schemas failed (exit {proc.returncode}): {proc.stderr[-2000:]}"
+        )
     schemas: list[str] = json.loads(proc.stdout.strip().splitlines()[-1])["schemas"]
     for text in schemas:
         parse(text)  # refuse to record what the reader cannot read
@@ -245,7 +265,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.output.write_text(json.dumps(result.to_json(), indent=0, separators=(",", ":")) + "\n")
     for release in releases:
         names, overloads = result.count(release, "aten")
-        log.info("torch %s: %d aten ops, %d aten overloads; %d overloads in all", release, names, overloads, result.count(release)[1])
+        log.info(
+            "torch %s: %d aten ops, %d aten overloads; %d overloads in all",
+            release,
+            names,
+            overloads,
+            result.count(release)[1],
+        )
     log.info("wrote %s (%d distinct schemas, %d bytes)", args.output, len(result.masks), args.output.stat().st_size)
     return 0
 
