@@ -114,7 +114,8 @@ class Prediction:
             "missing": [{"name": m.readable, "kind": m.kind.value, "introduced": m.introduced} for m in self.missing],
             "unstable": self.unstable,
             "unmet": [u.to_json() for u in self.unmet],
-            **({"ops": [o.to_json() for o in self.ops if o.fit is not Fit.FITS]} if self.ops else {}),
+            # only the calls that do not plainly fit: most cells' calls all fit and stay out of results.json
+            **({"ops": odd} if (odd := [o.to_json() for o in self.ops if o.fit is not Fit.FITS]) else {}),
         }
 
 
