@@ -135,8 +135,8 @@ def fit(call: OpCall, schemas: OpSchemas, runtime: str, built_with: str | None) 
         differences = compare(old, new)
         if overall(differences) is Change.BREAKING:
             broken.append(f"{label}: " + "; ".join(d.what for d in differences if d.change is Change.BREAKING))
-        elif any(d.stack_call_reads_past for d in differences):
-            risky.append(f"{label}: " + "; ".join(d.what for d in differences if d.stack_call_reads_past))
+        elif any(d.stack_misfit for d in differences):
+            risky.append(f"{label}: " + "; ".join(d.what for d in differences if d.stack_misfit))
     if broken and (wanted is not None or len(broken) == len(overloads)):
         return OpFit(call, Fit.FAILS, f"{built_with} -> {runtime}: " + "; ".join(broken))
     if broken or risky:

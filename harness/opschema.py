@@ -184,9 +184,9 @@ class Difference:
 
     change: Change
     what: str  # 'argument removed: dim', 'new argument with a default: alpha=1'
-    # A stack call (torch_call_dispatcher with no schema adapter) passes exactly the slots its build's schema
-    # has; the runtime reads as many as its own schema has. Set where that differs from a call with keywords.
-    stack_call_reads_past: bool = False
+    # A stack call (torch_call_dispatcher with no schema adapter) fills the slots of its build's schema in
+    # order; the runtime reads its own schema's slots in order. Set where that misreads though keywords fit.
+    stack_misfit: bool = False
 
 
 def widens(old: str, new: str) -> bool:
@@ -238,30 +238,38 @@ def first_out(arguments: tuple[Argument, ...]) -> int:
 def compare(old: Schema, new: Schema) -> tuple[Difference, ...]:
     """Every difference between two schemas of one op overload, each classed; () when they are the same.
 
-    Old arguments are matched by position (the out arguments of `.out` overloads from the end); a new
-    argument between them is compatible only with a default. Returns are compared by count and type."""
+    Positional arguments are matched by position, keyword-only ones by name, the out arguments of `.out`
+    overloads from the end; a new argument is compatible only with a default. Returns are compared by
+    count and type. Classes are those of a caller that passes arguments by name where it can (Python);
+    `stack_misfit` marks what a call by stack, which passes every slot in order, does not survive."""
     found: list[Difference] = []
     if (old.vararg, old.varret) != (new.vararg, new.varret):
         found.append(Difference(Change.BREAKING, "variadic arguments or returns changed"))
     old_end, new_end = first_out(old.arguments), first_out(new.arguments)
+    matched: set[int] = set()
     for i, argument in enumerate(old.arguments[:old_end]):
-        if i >= new_end:
+        if not argument.kwarg_only:
+            j = i if i < new_end and not new.arguments[i].kwarg_only else None
+        else:
+            j = next((k for k, a in enumerate(new.arguments[:new_end]) if a.name == argument.name), None)
+        if j is None or j in matched:
             found.append(Difference(Change.BREAKING, f"argument removed: {argument.name}"))
-        else:
-            found += compare_argument(argument, new.arguments[i], f"argument {i}")
-    for argument in new.arguments[old_end:new_end]:
+            continue
+        matched.add(j)
+        found += compare_argument(argument, new.arguments[j], f"argument {i}")
+        if j != i:
+            found.append(
+                Difference(Change.COMPATIBLE, f"argument {argument.name} moved: {i} -> {j}", stack_misfit=True)
+            )
+    for k, argument in enumerate(new.arguments[:new_end]):
+        if k in matched:
+            continue
         if argument.default is None:
-            found.append(
-                Difference(Change.BREAKING, f"new argument without a default: {argument.type} {argument.name}")
-            )
+            what = f"new argument without a default: {argument.type} {argument.name}"
+            found.append(Difference(Change.BREAKING, what))
         else:
-            found.append(
-                Difference(
-                    Change.COMPATIBLE,
-                    f"new argument with a default: {argument.type} {argument.name}={argument.default}",
-                    stack_call_reads_past=True,
-                )
-            )
+            what = f"new argument with a default: {argument.type} {argument.name}={argument.default}"
+            found.append(Difference(Change.COMPATIBLE, what, stack_misfit=True))
     old_out, new_out = old.arguments[old_end:], new.arguments[new_end:]
     if len(old_out) != len(new_out):
         found.append(Difference(Change.BREAKING, f"out arguments: {len(old_out)} -> {len(new_out)}"))

@@ -11,8 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.cli import default_cache_dir
 from kit import cells_by_id, harness, latest_results, make_extension
+
+from harness.cli import default_cache_dir
 
 CPP = """\
 #include <torch/csrc/stable/library.h>
