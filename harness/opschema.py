@@ -190,8 +190,8 @@ class Difference:
 
 
 def widens(old: str, new: str) -> bool:
-    """A value of type `old` is also a value of type `new`: 'int' -> 'int?', 'int' -> 'SymInt', 'int[2]' -> 'int[]'."""
-    if old == new:
+    """A value of type `old` is one of `new` too: 'int' -> 'int?' / 'SymInt', 'int[2]' -> 'int[]', 'str' -> 'Any'."""
+    if old == new or new == "Any":
         return True
     if new.endswith("?") and not old.endswith("?"):
         return widens(old, new[:-1])

@@ -141,6 +141,12 @@ def test_widening_a_type_or_renaming_is_compatible_and_the_same_schema_is_no_cha
     assert classes("aten::f(Tensor grad) -> Tensor", "aten::f(Tensor grad_output) -> Tensor") == [
         (Change.COMPATIBLE, "argument 0 renamed: grad -> grad_output")
     ]
+    # Recorded: torch 2.12 retyped _c10d_functional's group_name from str to Any, which takes a str.
+    old, new = (SCHEMAS.schema("_c10d_functional::all_reduce", "", r) for r in ("2.11.0", "2.12.1"))
+    assert old is not None and new is not None
+    assert [(d.change, d.what) for d in compare(old, new)] == [
+        (Change.COMPATIBLE, "argument 2 group_name retyped: str -> Any")
+    ]
     same = "aten::narrow(Tensor(a) self, int dim, SymInt start, SymInt length) -> Tensor(a)"
     assert overall(compare(parse(same), parse(same))) is Change.SAME
 
