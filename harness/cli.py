@@ -1047,7 +1047,7 @@ def cpython_version(text: str) -> str:
 def cmd_check(args: argparse.Namespace) -> int:
     from harness.artifact import ArtifactFacts, RuntimeFacts, fits_which_python, unmet
     from harness.manifest import packaged_manifest
-    from harness.opcalls import Fit, fits
+    from harness.opcalls import DISPATCHER_SHIMS, Fit, fits
     from harness.opschemas import packaged_op_schemas
     from harness.predict import ArtifactImports, Predicted, predict
     from harness.symbols import read_artifact
@@ -1095,6 +1095,9 @@ def cmd_check(args: argparse.Namespace) -> int:
                 "schema_version": 1,
                 "artifact": str(args.artifact),
                 "built_with": built_with,
+                "unseen_calls": "op names built at run time leave no string: not judged"
+                if imports.stable & DISPATCHER_SHIMS
+                else None,
                 "imports": imports.to_json(),
                 "needs": facts.to_json(),
                 "predictions": [{"runtime": p.runtime, **p.to_json()} for p in predictions],
@@ -1123,6 +1126,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         console.print(f"   calls {len(imports.calls)} op(s) through the dispatcher ({against}):")
         for call in imports.calls:
             console.print(f"      {escape(call.shown)}  [dim]{call.via.value}: {escape(call.source)}[/]")
+    if imports.stable & DISPATCHER_SHIMS:
+        console.print("   [dim]an op name built at run time leaves no string to read: such calls are not judged[/]")
     style = {Predicted.LOADS: "green", Predicted.LOAD_FAILED: "red", Predicted.UNKNOWN: "yellow"}
     for p in predictions:
         console.print(f"   {p.runtime:<8} [{style[p.outcome]}]{p.outcome.value:<12}[/] {escape(p.symbol_summary)}")

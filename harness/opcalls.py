@@ -26,6 +26,7 @@ from harness.opschemas import OpSchemas
 from harness.symbols import SharedObject
 
 SHIM = re.compile(r"^aoti_torch_(cpu|cuda|mps|xpu|aten)_(\w+)$")
+DISPATCHER_SHIMS = frozenset({"torch_call_dispatcher", "aoti_torch_call_dispatcher"})  # calls by name go through
 
 
 class Via(enum.StrEnum):

@@ -278,7 +278,7 @@ def test_a_failing_call_explains_failed_tests_and_contradicts_a_pass() -> None:
 def test_check_predicts_a_call_failure_and_exits_1(caller: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", str(caller), "--runtimes", "2.13,2.14", "--built-with", "2.13", "--json"]) == 1
     report = json.loads(capsys.readouterr().out)
-    assert report["built_with"] == "2.13.0"
+    assert report["built_with"] == "2.13.0" and "built at run time" in report["unseen_calls"]
     by_runtime = {p["runtime"]: p for p in report["predictions"]}
     assert [(o["op"], o["fit"]) for o in by_runtime["2.14.1"]["ops"]] == [
         ("aten::cholesky", "fails"),
@@ -287,6 +287,8 @@ def test_check_predicts_a_call_failure_and_exits_1(caller: Path, capsys: pytest.
     assert "ops" not in by_runtime["2.13.0"]
     assert main(["check", str(caller), "--runtimes", "2.13", "--built-with", "2.13"]) == 0
     assert "calls 4 op(s) through the dispatcher" in capsys.readouterr().out
+    assert main(["check", str(caller), "--built-with", "1.0"]) == 2
+    assert "no operator schemas recorded for torch '1.0'" in capsys.readouterr().err
 
 
 def test_abi_diff_reports_op_schema_changes_with_their_class(capsys: pytest.CaptureFixture[str]) -> None:
