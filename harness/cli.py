@@ -456,7 +456,9 @@ def parser(prog: str = "python -m harness") -> argparse.ArgumentParser:
     )
     check.add_argument("--json", action="store_true", help="machine-readable output on stdout")
 
-    abi = command("abi-diff", help="stable exports and declarations removed, added or changed between releases")
+    abi = command(
+        "abi-diff", help="stable exports, declarations and op schemas removed, added or changed between releases"
+    )
     abi.add_argument("old", help="a release ('2.14' or '2.14.1') or a torch wheel")
     abi.add_argument("new", help="a release or a torch wheel (e.g. a release candidate)")
     abi.add_argument(

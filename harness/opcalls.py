@@ -88,7 +88,7 @@ def calls_of(objects: Sequence[SharedObject], schemas: OpSchemas) -> tuple[OpCal
     named: set[str] = set()
     for text in {t for o in objects for t in o.qualified_strings}:
         prefix, _, name = text.rpartition("::")
-        namespace = next((n for n in known if prefix.endswith(n)), None)
+        namespace = max((n for n in known if prefix.endswith(n)), key=len, default=None)  # _quantized, not quantized
         if namespace is not None and f"{namespace}::{name}" in schemas.by_op:
             named.add(f"{namespace}::{name}")
     for op, overload in paired:

@@ -203,6 +203,7 @@ int32_t call_all(uint64_t* stack, const char* runtime_name) {
   CHECKED(torch_call_dispatcher("aten::mul", "Tensor", stack, 0));
   if (torch_call_dispatcher("aten::qr", "", stack, 0)) report("failed");
   if (torch_call_dispatcher("myext::mine", "", stack, 0)) report("failed");
+  if (torch_call_dispatcher("_quantized::conv2d_relu", "", stack, 0)) report("failed");
   if (torch_call_dispatcher(runtime_name, "", stack, 0)) report("std::vector::reserve");
   return aoti_torch_cpu_add_Tensor(0, 0, 1.0, 0);
 }
@@ -222,6 +223,7 @@ def caller(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_reads_the_ops_an_artifact_calls_by_name_and_through_shims(caller: Path) -> None:
     calls = calls_of(read_artifact(caller), SCHEMAS)
     assert calls == (
+        OpCall("_quantized::conv2d_relu", None, Via.NAME, "_quantized::conv2d_relu"),  # not quantized::conv2d_relu
         OpCall("aten::add", "Tensor", Via.SHIM, "aoti_torch_cpu_add_Tensor"),
         OpCall("aten::cholesky", "", Via.NAME, "aten::cholesky"),  # paired by its call's text
         OpCall("aten::mul", "Tensor", Via.NAME, "aten::mul"),
@@ -286,7 +288,7 @@ def test_check_predicts_a_call_failure_and_exits_1(caller: Path, capsys: pytest.
     ]
     assert "ops" not in by_runtime["2.13.0"]
     assert main(["check", str(caller), "--runtimes", "2.13", "--built-with", "2.13"]) == 0
-    assert "calls 4 op(s) through the dispatcher" in capsys.readouterr().out
+    assert "calls 5 op(s) through the dispatcher" in capsys.readouterr().out
     assert main(["check", str(caller), "--built-with", "1.0"]) == 2
     assert "no operator schemas recorded for torch '1.0'" in capsys.readouterr().err
 
