@@ -103,7 +103,7 @@ def bench_docker(session: nox.Session) -> None:
 @nox.session(default=False)
 def manifest(session: nox.Session) -> None:
     """Regenerate harness/data/stable_manifest.json and stable_visibility.json from the torch wheels (-- 2.16.0 adds
-    a release).
+    a release), then harness/data/op_schemas.json from each release's torch (harness/opschemas.py).
 
     The wheels are the CUDA builds from the default index (pip --isolated: no local +cpu wheel),
     so CUDA-only shims are seen exported too. They are kept in nox's cache between runs.
@@ -140,6 +140,8 @@ def manifest(session: nox.Session) -> None:
     session.run(
         "python", "-m", "harness.visibility", *wheels, "--out", str(MANIFEST.with_name("stable_visibility.json"))
     )
+    # The dispatcher's op schemas need each release's torch running: its cached env (made when missing).
+    session.run("python", "-m", "harness.opschemas", "--ensure")
 
 
 def _version_key(release: str) -> tuple[int, ...]:

@@ -8,8 +8,10 @@ from typing import Any
 
 from harness.errors import BadInputError
 from harness.manifest import Declaration, Manifest, scan_wheel
+from harness.opschema import Change
+from harness.opschemas import OpChange, OpSchemas, diff_releases
 
-ABI_DIFF_JSON_VERSION = 1  # `abi-diff --json`
+ABI_DIFF_JSON_VERSION = 2  # `abi-diff --json`; 2: op_schemas
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,11 +38,23 @@ class AbiDiff:
     added_declarations: tuple[str, ...]
     changed_signatures: tuple[SignatureChange, ...]
     changed_guards: tuple[tuple[str, str | None, str | None], ...]
+    # The dispatcher ops' schema changes (with_ops); None when a side has no recorded schemas (a wheel).
+    op_changes: tuple[OpChange, ...] | None = None
+    op_namespaces: tuple[str, ...] = ()
 
     @property
     def breaking(self) -> bool:
         """A binary built against `old` may stop loading or misbehave on `new`."""
         return bool(self.removed_exports or self.changed_signatures)
+
+    @property
+    def breaking_ops(self) -> tuple[OpChange, ...]:
+        """Op overloads removed or changed so that a call built against `old` may not fit `new`."""
+        return tuple(c for c in self.op_changes or () if c.change is Change.BREAKING)
+
+    @property
+    def compatible_ops(self) -> tuple[OpChange, ...]:
+        return tuple(c for c in self.op_changes or () if c.change is Change.COMPATIBLE)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -54,6 +68,13 @@ class AbiDiff:
             "added_declarations": list(self.added_declarations),
             "changed_signatures": [dataclasses.asdict(c) for c in self.changed_signatures],
             "changed_guards": [{"name": n, "old": o, "new": w} for n, o, w in self.changed_guards],
+            "op_schemas": None
+            if self.op_changes is None
+            else {
+                "namespaces": list(self.op_namespaces),
+                "breaking": [c.to_json() for c in self.breaking_ops],
+                "compatible": [c.to_json() for c in self.compatible_ops],
+            },
         }
 
 
@@ -97,3 +118,12 @@ def diff(old: Surface, new: Surface) -> AbiDiff:
             if old.declarations[n].guard != new.declarations[n].guard
         ),
     )
+
+
+def with_ops(result: AbiDiff, schemas: OpSchemas, namespaces: tuple[str, ...]) -> AbiDiff:
+    """result with the op schema changes between its two releases (in namespaces; () for all) when both
+    are recorded; a wheel (a candidate) has no recorded schemas: its op_changes stay None."""
+    if result.old not in schemas.releases or result.new not in schemas.releases:
+        return result
+    changes = diff_releases(schemas, result.old, result.new, namespaces or None)
+    return dataclasses.replace(result, op_changes=changes, op_namespaces=namespaces)

@@ -175,7 +175,7 @@ def wheel_variant(text: str) -> str:
 
 EXIT_MEANING = {
     ExitCode.OK: "every promise kept (check, abi-diff, audit-guards: no break found; diff: no new break)",
-    ExitCode.BROKEN: "a promise was broken (check: a predicted load failure; abi-diff, audit-guards: a break; "
+    ExitCode.BROKEN: "a promise was broken (check: a predicted load or call failure; abi-diff, audit-guards: a break; "
     "diff: a new break, or any change with --fail-on-change)",
     ExitCode.BAD_INPUT: "bad input: an argument, the matrix, a selector, a release the sources do not serve",
     ExitCode.INFRASTRUCTURE: "the harness or what it runs on failed (a cell ERROR, an interrupt): results incomplete",
@@ -447,11 +447,27 @@ def parser(prog: str = "python -m harness") -> argparse.ArgumentParser:
         type=cpython_version,
         help="the runtimes' CPython (3.12, 3.13t): check the wheel's tags against it",
     )
+    check.add_argument(
+        "--built-with",
+        default=None,
+        metavar="RELEASE",
+        help="the torch release it was built with: judge its calls by op name against that release's schemas "
+        "(default: only whether each op exists)",
+    )
     check.add_argument("--json", action="store_true", help="machine-readable output on stdout")
 
-    abi = command("abi-diff", help="stable exports and declarations removed, added or changed between releases")
+    abi = command(
+        "abi-diff", help="stable exports, declarations and op schemas removed, added or changed between releases"
+    )
     abi.add_argument("old", help="a release ('2.14' or '2.14.1') or a torch wheel")
     abi.add_argument("new", help="a release or a torch wheel (e.g. a release candidate)")
+    abi.add_argument(
+        "--op-namespace",
+        action="append",
+        default=None,
+        metavar="NS",
+        help="dispatcher op schemas of this namespace (repeatable; default: aten; 'all': every namespace)",
+    )
     abi.add_argument("--json", action="store_true", help="machine-readable output on stdout")
 
     rundiff = command("diff", help="compare a run with a baseline run: new breaks, fixes, changes")
@@ -1035,6 +1051,8 @@ def cpython_version(text: str) -> str:
 def cmd_check(args: argparse.Namespace) -> int:
     from harness.artifact import ArtifactFacts, RuntimeFacts, fits_which_python, unmet
     from harness.manifest import packaged_manifest
+    from harness.opcalls import DISPATCHER_SHIMS, Fit, fits
+    from harness.opschemas import packaged_op_schemas
     from harness.predict import ArtifactImports, Predicted, predict
     from harness.symbols import read_artifact
 
@@ -1051,8 +1069,19 @@ def cmd_check(args: argparse.Namespace) -> int:
         checked |= {Condition.NO_CUDA, Condition.CUDA_MAJOR} if args.variant else set()
         return [u for u in unmet(facts, runtime) if u.condition in checked]
 
+    schemas = packaged_op_schemas()
+    built_with = schemas.release(args.built_with) if args.built_with else None
     predictions = [
-        predict(imports, r, manifest.exported_by(r), manifest, full_exports=False, unmet=lacks(r)) for r in releases
+        predict(
+            imports,
+            r,
+            manifest.exported_by(r),
+            manifest,
+            full_exports=False,
+            unmet=lacks(r),
+            ops=fits(imports.calls, schemas, r, built_with),
+        )
+        for r in releases
     ]
     loads = [p.runtime for p in predictions if p.outcome is Predicted.LOADS]
     loads_from = next(
@@ -1063,12 +1092,16 @@ def cmd_check(args: argparse.Namespace) -> int:
         ),
         None,
     )
-    failing = any(p.outcome is Predicted.LOAD_FAILED for p in predictions)
+    failing = any(p.outcome is Predicted.LOAD_FAILED or p.failing_ops for p in predictions)
     if args.json:
         emit_json(
             {
                 "schema_version": 1,
                 "artifact": str(args.artifact),
+                "built_with": built_with,
+                "unseen_calls": "op names built at run time leave no string: not judged"
+                if imports.stable & DISPATCHER_SHIMS
+                else None,
                 "imports": imports.to_json(),
                 "needs": facts.to_json(),
                 "predictions": [{"runtime": p.runtime, **p.to_json()} for p in predictions],
@@ -1092,9 +1125,20 @@ def cmd_check(args: argparse.Namespace) -> int:
     if facts.tags:
         checked = f"checked against CPython {args.python}" if args.python else "give --python to check it"
         console.print(f"   its wheel tags fit {escape(fits_which_python(facts.tags))} ({checked})")
+    if imports.calls:
+        against = f"judged against torch {built_with}'s schemas" if built_with else "give --built-with to judge fit"
+        console.print(f"   calls {len(imports.calls)} op(s) through the dispatcher ({against}):")
+        for call in imports.calls:
+            console.print(f"      {escape(call.shown)}  [dim]{call.via.value}: {escape(call.source)}[/]")
+    if imports.stable & DISPATCHER_SHIMS:
+        console.print("   [dim]an op name built at run time leaves no string to read: such calls are not judged[/]")
     style = {Predicted.LOADS: "green", Predicted.LOAD_FAILED: "red", Predicted.UNKNOWN: "yellow"}
     for p in predictions:
-        console.print(f"   {p.runtime:<8} [{style[p.outcome]}]{p.outcome.value:<12}[/] {escape(p.summary)}")
+        console.print(f"   {p.runtime:<8} [{style[p.outcome]}]{p.outcome.value:<12}[/] {escape(p.symbol_summary)}")
+        for op in p.ops:
+            if op.fit is not Fit.FITS:
+                mark = "red" if op.fit is Fit.FAILS else "yellow"
+                console.print(f"            [{mark}]call {op.fit.value}[/] {escape(op.call.shown)}: {escape(op.why)}")
     if loads_from:
         console.print(f"predicted to load on {loads_from} and every newer release checked")
     elif not loads:
@@ -1103,12 +1147,18 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_abi_diff(args: argparse.Namespace) -> int:
-    from harness.abidiff import diff, surface
+    from harness.abidiff import diff, surface, with_ops
     from harness.manifest import packaged_manifest
+    from harness.opschemas import packaged_op_schemas
 
     manifest = packaged_manifest()
-    result = diff(surface(manifest, args.old), surface(manifest, args.new))
-    code = int(ExitCode.BROKEN if result.breaking else ExitCode.OK)
+    namespaces = tuple(args.op_namespace or ["aten"])
+    result = with_ops(
+        diff(surface(manifest, args.old), surface(manifest, args.new)),
+        packaged_op_schemas(),
+        () if "all" in namespaces else namespaces,
+    )
+    code = int(ExitCode.BROKEN if result.breaking or result.breaking_ops else ExitCode.OK)
     if args.json:
         emit_json(result.to_json())
         return code
@@ -1121,11 +1171,31 @@ def cmd_abi_diff(args: argparse.Namespace) -> int:
         ("green", "added exports", result.added_exports),
         ("green", "added declarations", result.added_declarations),
     ]
+    if result.op_changes is not None:
+        scope = ", ".join(result.op_namespaces) or "every namespace"
+        sections += [
+            (
+                "red",
+                f"op schemas ({scope}): breaking changes (calls by name built on {result.old} may fail)",
+                [f"{c.op}: {c.what}" for c in result.breaking_ops],
+            ),
+            (
+                "green",
+                f"op schemas ({scope}): compatible changes",
+                [f"{c.op}: {c.what}" for c in result.compatible_ops],
+            ),
+        ]
     for style, title, items in sections:
         console.print(f"[{style}]{title}: {len(items)}[/]")
         for item in items:
             console.print(f"   {escape(item)}")
-    verdict = "[bold red]breaking[/]" if result.breaking else "[green]no removal, no signature change[/]"
+    if result.op_changes is None:
+        console.print("[dim]op schemas: not compared (recorded for the manifest's releases, not for a wheel)[/]")
+    verdict = (
+        "[bold red]breaking[/]"
+        if result.breaking or result.breaking_ops
+        else "[green]no removal, no signature change, no breaking op schema change[/]"
+    )
     console.print(f"{verdict} (exit {code})")
     return code
 

@@ -30,6 +30,8 @@ from harness.forkserver import ForkserverBackend
 from harness.host import HostFacts
 from harness.known_breaks import acknowledge
 from harness.manifest import packaged_manifest
+from harness.opcalls import fits
+from harness.opschemas import packaged_op_schemas, release_of
 from harness.plan import Build, Cell, Plan, Runtime
 from harness.predict import ArtifactImports, Predicted, Prediction, findings, predict
 from harness.report import CellResult, RunResult, relative_logs, write_report
@@ -374,6 +376,7 @@ class Pipeline:
         and Python) before any runs. A runtime whose libraries cannot be read leaves its cells unpredicted."""
         started = time.monotonic()
         manifest = packaged_manifest()
+        op_schemas = packaged_op_schemas()
         exports: dict[Runtime, frozenset[str] | None] = {}
         predictions: dict[str, Prediction] = {}
         for cell in self.plan.cells:
@@ -392,7 +395,8 @@ class Pipeline:
             if found is not None:
                 imports, facts = artifacts[cell.build]
                 lacks = unmet(facts, runtime_facts(cell, handle))
-                predictions[cell.id] = predict(imports, handle.torch_version, found, manifest, True, lacks)
+                calls = fits(imports.calls, op_schemas, release_of(handle.torch_version), str(cell.build.torch))
+                predictions[cell.id] = predict(imports, handle.torch_version, found, manifest, True, lacks, calls)
         failing = sum(p.outcome is Predicted.LOAD_FAILED for p in predictions.values())
         self.observer.stage(
             "predict",

@@ -12,6 +12,8 @@ from packaging.version import Version
 
 from harness.artifact import Unmet
 from harness.manifest import Manifest
+from harness.opcalls import Fit, OpCall, OpFit, calls_of
+from harness.opschemas import packaged_op_schemas
 from harness.symbols import SharedObject, SymbolKind, classify, demangle, system_floor
 
 
@@ -42,6 +44,7 @@ class ArtifactImports:
     python: frozenset[str]
     system: frozenset[str]
     floor: dict[str, str]
+    calls: tuple[OpCall, ...] = ()  # the dispatcher ops it calls by name or through generated shims
 
     @classmethod
     def of(cls, objects: Sequence[SharedObject]) -> ArtifactImports:
@@ -56,6 +59,7 @@ class ArtifactImports:
             python=frozenset(kinds[SymbolKind.PYTHON]),
             system=frozenset(kinds[SymbolKind.SYSTEM]),
             floor=system_floor(v for o in objects for v in o.version_needs),
+            calls=calls_of(objects, packaged_op_schemas()),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -65,6 +69,7 @@ class ArtifactImports:
             "python": len(self.python),
             "system": len(self.system),
             "system_floor": self.floor,
+            "ops": [{"op": c.op, "overload": c.overload, "via": c.via.value, "source": c.source} for c in self.calls],
         }
 
 
@@ -75,9 +80,23 @@ class Prediction:
     missing: tuple[MissingSymbol, ...]
     unstable: int  # unstable C++ imports (a risk even when present)
     unmet: tuple[Unmet, ...] = ()  # what it needs besides symbols that the runtime lacks (Python ABI, CUDA)
+    ops: tuple[OpFit, ...] = ()  # the ops it calls through the dispatcher, each judged against the runtime's schemas
+
+    @property
+    def failing_ops(self) -> tuple[OpFit, ...]:
+        """Calls predicted to fail when made (the load is not affected: a call by name resolves when it runs)."""
+        return tuple(o for o in self.ops if o.fit is Fit.FAILS)
 
     @property
     def summary(self) -> str:
+        calls = self.failing_ops
+        if calls and self.outcome is not Predicted.LOAD_FAILED:
+            shown = "; ".join(o.why for o in calls[:2]) + (f" (+{len(calls) - 2} more)" if len(calls) > 2 else "")
+            return f"{self.symbol_summary}; calls predicted to fail: {shown}"
+        return self.symbol_summary
+
+    @property
+    def symbol_summary(self) -> str:
         if self.outcome is Predicted.LOAD_FAILED:
             shown = ", ".join(m.describe() for m in self.missing[:3])
             more = f" (+{len(self.missing) - 3} more)" if len(self.missing) > 3 else ""
@@ -95,6 +114,8 @@ class Prediction:
             "missing": [{"name": m.readable, "kind": m.kind.value, "introduced": m.introduced} for m in self.missing],
             "unstable": self.unstable,
             "unmet": [u.to_json() for u in self.unmet],
+            # only the calls that do not plainly fit: most cells' calls all fit and stay out of results.json
+            **({"ops": odd} if (odd := [o.to_json() for o in self.ops if o.fit is not Fit.FITS]) else {}),
         }
 
 
@@ -111,8 +132,13 @@ def findings(
         return [f"predicted not to load ({prediction.summary}), but it loaded and ended {status}"]
     if prediction.outcome is Predicted.LOADS and status == "LOAD_FAILED":
         return [f"predicted to load (every torch symbol it imports is exported), but: {reason}"]
+    if prediction.outcome is Predicted.LOADS and status == "TEST_FAILED" and prediction.failing_ops:
+        return []  # as predicted: a call by name that the runtime's schemas do not fit
     if prediction.outcome is Predicted.LOADS and status in ("TEST_FAILED", "CRASHED", "TIMEOUT"):
         return [f"loaded as predicted, then {status}: a break that symbols do not show ({reason})"]
+    if prediction.outcome is Predicted.LOADS and status == "PASS" and prediction.failing_ops:
+        calls = ", ".join(o.call.shown for o in prediction.failing_ops)
+        return [f"predicted calls to {calls} to fail ({prediction.summary}), but every test passed: no test calls it?"]
     if status == "LOAD_FAILED" and missing_symbol and missing_symbol not in {m.name for m in prediction.missing}:
         return [f"the loader named {missing_symbol}, which the prediction did not list as missing"]
     return []
@@ -125,9 +151,11 @@ def predict(
     manifest: Manifest,
     full_exports: bool,
     unmet: Sequence[Unmet] = (),
+    ops: Sequence[OpFit] = (),
 ) -> Prediction:
     """exports: what the runtime's torch libraries export (all of it when full_exports, else the stable shims);
-    unmet: what else the artifact needs that the runtime lacks (artifact.unmet): it will not load either."""
+    unmet: what else the artifact needs that the runtime lacks (artifact.unmet): it will not load either;
+    ops: its calls through the dispatcher judged against the runtime (opcalls.fits): they fail when made."""
     provided = frozenset(exports)
     missing = [
         MissingSymbol(name, name, SymbolKind.STABLE, manifest[name].first_exported if name in manifest else None)
@@ -144,4 +172,4 @@ def predict(
         outcome = Predicted.UNKNOWN
     else:
         outcome = Predicted.LOADS
-    return Prediction(runtime, outcome, tuple(missing), len(imports.unstable), tuple(unmet))
+    return Prediction(runtime, outcome, tuple(missing), len(imports.unstable), tuple(unmet), tuple(ops))

@@ -30,6 +30,15 @@ from harness.errors import BadInputError
 STABLE_C_NAME = re.compile(r"^(aoti_torch_|torch_)\w+$")
 TORCH_NAMESPACES = ("at::", "c10::", "torch::", "caffe2::")
 SYSTEM_VERSION = re.compile(r"^(GLIBC|GLIBCXX|CXXABI|GCC)_([0-9.]+)$")
+# A C string of read-only data that ends in a qualified name: 'aten::narrow', the op name a call passes
+# (its overload is another string). Short strings may follow other data with no NUL between: the
+# reader of these strings (opcalls.py) matches the namespace as a suffix of what is found before '::'.
+QUALIFIED_NAME = re.compile(rb"([A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_]*)(?=\x00)")
+# A call's source text, kept in read-only data by the check macros that wrap it (STD_TORCH_CHECK,
+# TORCH_ERROR_CODE_CHECK): `torch_call_dispatcher("aten::sum", "dim_IntList", ...)` pairs name and overload.
+DISPATCHER_CALL = re.compile(
+    rb'(?:aoti_)?torch_call_dispatcher\(\s*"([A-Za-z0-9_]+::[A-Za-z0-9_]+)"\s*,\s*"([A-Za-z0-9_]*)"'
+)
 
 
 class SymbolKind(enum.StrEnum):
@@ -47,9 +56,12 @@ class SharedObject:
     exports: frozenset[str]
     needed: tuple[str, ...]  # DT_NEEDED
     version_needs: tuple[str, ...]  # GLIBC_2.32, GLIBCXX_3.4.26, ...
+    qualified_strings: frozenset[str] = frozenset()  # '...ns::name' C strings of .rodata (read for artifacts only)
+    dispatcher_calls: frozenset[tuple[str, str]] = frozenset()  # (op, overload) from calls' source text in .rodata
 
 
-def read_shared_object(stream: IO[bytes], name: str) -> SharedObject:
+def read_shared_object(stream: IO[bytes], name: str, strings: bool = False) -> SharedObject:
+    """strings: also read the 'ns::name' C strings of its read-only data (the ops it may call by name)."""
     try:
         elf = ELFFile(stream)
     except ELFError as exc:
@@ -79,8 +91,22 @@ def read_shared_object(stream: IO[bytes], name: str) -> SharedObject:
         if isinstance(section, GNUVerNeedSection):
             for _, auxiliaries in section.iter_versions():
                 versions.extend(aux.name for aux in auxiliaries)
+    qualified: set[str] = set()
+    calls: set[tuple[str, str]] = set()
+    rodata = elf.get_section_by_name(".rodata") if strings else None
+    if rodata is not None and rodata["sh_type"] != "SHT_NOBITS":
+        data = rodata.data()
+        qualified = {m.decode() for m in QUALIFIED_NAME.findall(data)}
+        calls = {(op.decode(), overload.decode()) for op, overload in DISPATCHER_CALL.findall(data)}
     return SharedObject(
-        name, frozenset(imports), frozenset(weak), frozenset(exports), tuple(needed), tuple(sorted(set(versions)))
+        name,
+        frozenset(imports),
+        frozenset(weak),
+        frozenset(exports),
+        tuple(needed),
+        tuple(sorted(set(versions))),
+        frozenset(qualified),
+        frozenset(calls),
     )
 
 
@@ -95,9 +121,9 @@ def read_artifact(path: Path) -> list[SharedObject]:
             members = [m for m in wheel.namelist() if re.search(r"\.so(\.|$)", m)]
             if not members:
                 raise BadInputError(f"{path}: the wheel holds no shared object")
-            return [read_shared_object(io.BytesIO(wheel.read(m)), m) for m in members]
+            return [read_shared_object(io.BytesIO(wheel.read(m)), m, strings=True) for m in members]
     with open(path, "rb") as handle:
-        return [read_shared_object(handle, path.name)]
+        return [read_shared_object(handle, path.name, strings=True)]
 
 
 def torch_libraries(torch_lib: Path) -> list[Path]:

@@ -89,7 +89,7 @@ def test_plan_and_run_print_versioned_json_alone_on_stdout(tmp_path: Path, capsy
 
 def test_every_json_output_is_versioned(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["abi-diff", "2.13", "2.14", "--json"]) in (0, 1)
-    assert json.loads(capsys.readouterr().out)["schema_version"] == 1
+    assert json.loads(capsys.readouterr().out)["schema_version"] == 2
     assert main(["audit-guards", "2.13.0", "--no-probe", "--json"]) in (0, 1)
     assert json.loads(capsys.readouterr().out)["schema_version"] == 2
 

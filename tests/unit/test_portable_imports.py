@@ -25,7 +25,7 @@ def run_without_posix(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_abi_diff_and_audit_guards_without_posix_modules() -> None:
     diff = run_without_posix("abi-diff", "2.13", "2.14", "--json")
-    assert diff.returncode in (0, 1) and '"schema_version": 1' in diff.stdout, diff.stderr
+    assert diff.returncode in (0, 1) and '"schema_version": 2' in diff.stdout, diff.stderr
     audit = run_without_posix("audit-guards", "2.13.0", "--no-probe", "--json")
     assert audit.returncode in (0, 1) and '"latent_breaks"' in audit.stdout, audit.stderr
 
