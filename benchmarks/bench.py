@@ -25,9 +25,8 @@ from pathlib import Path
 
 from harness import sandbox
 from harness.build import Builder
-from harness.cli import default_cache_dir
 from harness.config import Matrix, load_matrix
-from harness.envs import EnvManager, EnvSpec
+from harness.envs import EnvManager, EnvSpec, default_cache_dir
 from harness.pipeline import env_spec
 from harness.plan import Plan, make_plan
 from harness.sources import ResolvedSources, resolve_sources, uv_binary

@@ -18,11 +18,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.cli import default_cache_dir
 from harness.config import load_matrix
 from harness.container.engine import connect
 from harness.container.images import ensure_baked, ensure_base
-from harness.envs import EnvManager, EnvSpec
+from harness.envs import EnvManager, EnvSpec, default_cache_dir
 from harness.sources import resolve_sources
 from harness.versions import parse_release
 

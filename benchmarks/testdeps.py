@@ -21,9 +21,8 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from harness.cli import default_cache_dir
 from harness.config import DEFAULT_PYTHON, Sources
-from harness.envs import Env, EnvManager, EnvSpec
+from harness.envs import Env, EnvManager, EnvSpec, default_cache_dir
 from harness.sources import resolve_sources
 from harness.testdeps import OverlayManager
 

@@ -15,7 +15,6 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import platformdirs
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 from rich.console import Console
@@ -29,7 +28,7 @@ from harness.candidate import with_candidate
 from harness.catalog import UNKNOWN, Catalog, Filters, discover, host_platforms, sources_of
 from harness.catalog import Runtime as ServedRuntime
 from harness.config import DEFAULT_MATRIX, Matrix, Sources, load_matrix, with_overrides
-from harness.envs import Env
+from harness.envs import Env, default_cache_dir
 from harness.errors import BadInputError, ExitCode, HarnessError
 from harness.files import writable_dir, write_atomic
 from harness.grid import NOT_RUN, NOT_RUN_MEANING, Grid
@@ -72,10 +71,6 @@ AUDIT_JSON_VERSION = 2  # `audit-guards --json` (2: chain, missing_at, header_fi
 def emit_json(data: object) -> None:
     """Machine-readable output: one JSON document on stdout."""
     sys.stdout.write(json.dumps(data, indent=2) + "\n")
-
-
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("HARNESS_CACHE_DIR") or platformdirs.user_cache_dir("torch-abi-harness"))
 
 
 def positive_int(text: str) -> int:

@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
+import platformdirs
 from packaging.version import Version
 
 from harness import commands, integrity, interpreters
@@ -30,6 +31,13 @@ log = logging.getLogger(__name__)
 
 ENV_FORMAT = 1
 MARKER = "harness-env.json"
+
+
+def default_cache_dir() -> Path:
+    """Where environments and builds are cached: $HARNESS_CACHE_DIR, else the user cache directory."""
+    return Path(os.environ.get("HARNESS_CACHE_DIR") or platformdirs.user_cache_dir("torch-abi-harness"))
+
+
 # What every environment holds besides torch: the build backend for recipes and the test runner.
 RUNNER_REQUIREMENTS = ("numpy", "setuptools>=64", "wheel", "pytest>=8")
 

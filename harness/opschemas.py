@@ -239,9 +239,8 @@ def generate(releases: Sequence[str], pythons: dict[str, Path], previous: OpSche
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from harness.cli import default_cache_dir
     from harness.config import DEFAULT_PYTHON
-    from harness.envs import EnvManager, EnvSpec
+    from harness.envs import EnvManager, EnvSpec, default_cache_dir
     from harness.manifest import packaged_manifest
     from harness.sources import ResolvedSources
 

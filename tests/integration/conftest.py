@@ -18,9 +18,8 @@ from kit import EXAMPLES
 from packaging.version import Version
 
 from harness.build import IGNORED
-from harness.cli import default_cache_dir
 from harness.config import DEFAULT_PYTHON, Sources
-from harness.envs import EnvManager, EnvSpec
+from harness.envs import EnvManager, EnvSpec, default_cache_dir
 from harness.sources import resolve_sources, uv_binary
 from harness.versions import ApiLevel
 

@@ -11,9 +11,8 @@ from kit import EXAMPLES, cells_by_id, harness, latest_results
 from packaging.version import Version
 
 from harness.build import IGNORED
-from harness.cli import default_cache_dir
 from harness.config import DEFAULT_PYTHON, Sources
-from harness.envs import EnvManager, EnvSpec
+from harness.envs import EnvManager, EnvSpec, default_cache_dir
 from harness.report import md_text
 from harness.sources import resolve_sources
 
