@@ -90,9 +90,7 @@ class Catalogue:
         ids = [m.id for m in self.mutants]
         unmatched = [p for p in patterns if not fnmatch.filter(ids, p)]
         if unmatched:
-            hints = "".join(
-                f"\n  {p!r} matches no mutant" + _did_you_mean(p, ids) for p in unmatched
-            )
+            hints = "".join(f"\n  {p!r} matches no mutant" + _did_you_mean(p, ids) for p in unmatched)
             raise BadInputError(f"--mutant: {len(unmatched)} pattern(s) of {self.path} matched nothing:{hints}")
         chosen = tuple(m for m in self.mutants if m.sentinel or any(fnmatch.fnmatchcase(m.id, p) for p in patterns))
         return dataclasses.replace(self, mutants=chosen)

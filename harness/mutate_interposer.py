@@ -131,8 +131,7 @@ def interposer_source(mutant: Mutant, functions: tuple[CFunction, ...], release:
         )
         parts += [
             f"{function.declaration()} {{",
-            f"  static const auto REAL = reinterpret_cast<{function.pointer_type}>(harness::real({function.name!r}));"
-            .replace("'", '"'),
+            f'  static const auto REAL = reinterpret_cast<{function.pointer_type}>(harness::real("{function.name}"));',
             f"#define ARGS {function.args}",
             *(f"  {line}" for line in body.strip().splitlines()),
             "#undef ARGS",
