@@ -132,13 +132,12 @@ def parse_catalogue(data: Any, path: Path) -> Catalogue:
             continue
         if isinstance(entry.get("id"), str):
             where = f"{where} ({entry['id']})"
+        if entry.get("id") in seen:
+            problems.append(f"{where}: id {entry['id']!r} is used twice")
+        seen.add(str(entry.get("id")))
         mutant = _entry(entry, where, problems)
-        if mutant is None:
-            continue
-        if mutant.id in seen:
-            problems.append(f"{where}: id {mutant.id!r} is used twice")
-        seen.add(mutant.id)
-        mutants.append(mutant)
+        if mutant is not None:
+            mutants.append(mutant)
     if not problems and not any(m.sentinel for m in mutants):
         problems.append("no mutant has `sentinel: true`: nothing would prove that interposition happens")
     if problems:
@@ -151,10 +150,9 @@ def _entry(entry: Mapping[str, Any], where: str, problems: list[str]) -> Mutant 
     for key in sorted(set(entry) - KEYS):
         problems.append(f"{where}: unknown key {key!r}{_did_you_mean(key, sorted(KEYS))}")
     kernel = bool(entry.get("kernel_before") or entry.get("kernel_after"))
-    for key in ("id", "function", "convention", "does", *(() if kernel else ("body",))):
-        if key not in entry:
-            problems.append(f"{where}: `{key}:` is missing")
-    if len(problems) > before:
+    missing = [k for k in ("id", "function", "convention", "does", *(() if kernel else ("body",))) if k not in entry]
+    problems.extend(f"{where}: `{key}:` is missing" for key in missing)
+    if missing:
         return None
     mutant_id, convention = entry["id"], entry["convention"]
     if not isinstance(mutant_id, str) or not ID_PATTERN.match(mutant_id):
