@@ -90,7 +90,12 @@ def test_a_kernel_mutant_wraps_the_registration_shims_and_records_schemas() -> N
     mutant = catalogue.mutants[1]
     assert mutant.body == KERNEL_BODY and mutant.wraps_kernels
     names = [f.name for f in functions_on(mutant, "2.15.0", packaged_manifest())]
-    assert names == ["aoti_torch_library_impl", "torch_library_impl", "aoti_torch_library_def", "torch_library_def_with_tags"]
+    assert names == [
+        "aoti_torch_library_impl",
+        "torch_library_impl",
+        "aoti_torch_library_def",
+        "torch_library_def_with_tags",
+    ]
     on_2_9 = [f.name for f in functions_on(mutant, "2.9.1", packaged_manifest())]
     assert on_2_9 == ["aoti_torch_library_impl", "aoti_torch_library_def"]  # the torch_* shims came in 2.10 / 2.12
     source = interposer_source(mutant, functions_on(mutant, "2.15.0", packaged_manifest()), "2.15.0")
@@ -126,5 +131,8 @@ def test_a_manifest_signature_reads_as_a_c_function(signature: str, ret: str, pa
 
 def test_a_function_pointer_parameter_is_named_inside_its_declarator() -> None:
     function = c_function("f", "AOTITorchError (TorchLibraryHandle, void (*)(StableIValue*, uint64_t, uint64_t))")
-    assert function.declaration() == "AOTITorchError f(TorchLibraryHandle a0, void (*a1)(StableIValue*, uint64_t, uint64_t))"
+    assert (
+        function.declaration()
+        == "AOTITorchError f(TorchLibraryHandle a0, void (*a1)(StableIValue*, uint64_t, uint64_t))"
+    )
     assert split_params("void") == ()

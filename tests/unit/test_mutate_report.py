@@ -11,7 +11,9 @@ from harness.mutate_run import MutantCell, MutationRun, Verdict
 SENTINEL = Mutant("sentinel.abort", ("aoti_torch_delete_tensor_object",), "sentinel", "aborts", "", sentinel=True)
 DIM = Mutant("meta.dim", ("aoti_torch_get_dim",), "tensor-metadata", "dim one larger", "")
 DTYPE = Mutant("enum.dtype", ("aoti_torch_get_dtype",), "enum-codes", "dtype neighbour", "")
-LEAK = Mutant("own.leak", ("aoti_torch_delete_tensor_object",), "ownership", "never deletes", "", equivalent="a leak is unseen")
+LEAK = Mutant(
+    "own.leak", ("aoti_torch_delete_tensor_object",), "ownership", "never deletes", "", equivalent="a leak is unseen"
+)
 CATALOGUE = Catalogue(Path("catalogue.yaml"), (SENTINEL, DIM, DTYPE, LEAK))
 
 
@@ -65,7 +67,10 @@ def test_the_markdown_lists_every_survivor_with_its_function_and_reason(tmp_path
     json_path, md_path = write_mutation_report(report)
     text = md_path.read_text()
     assert "| ext | 33% (1 of 3 killed, 50% without the justified equivalents) |" in text
-    assert "- `meta.dim` (tensor-metadata; aoti_torch_get_dim): dim one larger. Survived on `ext@b2.9.1~r2.15.0-cpu`" in text
+    assert (
+        "- `meta.dim` (tensor-metadata; aoti_torch_get_dim): dim one larger. Survived on `ext@b2.9.1~r2.15.0-cpu`"
+        in text
+    )
     assert "a gap in the suite" in text
     assert "equivalent: a leak is unseen" in text
     data = json.loads(json_path.read_text())
@@ -82,7 +87,9 @@ def test_a_sentinel_that_survives_anywhere_makes_the_run_an_error() -> None:
 
 def test_a_sentinel_that_applies_nowhere_makes_the_run_an_error() -> None:
     report = MutationReport.of(run_of(cell(SENTINEL, Verdict.NOT_APPLICABLE), cell(DIM, Verdict.KILLED)))
-    assert report.sentinel_problems == ["sentinel sentinel.abort applies to no build: nothing proves interposition happens"]
+    assert report.sentinel_problems == [
+        "sentinel sentinel.abort applies to no build: nothing proves interposition happens"
+    ]
 
 
 def test_a_failing_baseline_is_an_error_never_a_kill(tmp_path: Path) -> None:
