@@ -897,7 +897,10 @@ def cmd_mutate(args: argparse.Namespace) -> int:
     if not report.ok:
         for problem in report.to_json()["problems"]:
             notes.print(f"[bold magenta]error[/]: {escape(problem)}")
-        notes.print(f"[bold magenta]the mutation run is in error ({len(report.errors)} cell(s) in error)[/] (exit 3)")
+        notes.print(
+            f"[bold magenta]the mutation run is in error[/]: {len(report.failed_baselines)} baseline(s) not passing, "
+            f"{len(report.sentinel_problems)} sentinel problem(s), {len(report.errors)} mutant cell(s) in error (exit 3)"
+        )
         return int(ExitCode.INFRASTRUCTURE)
     low = [
         e for e in report.extensions if args.min_score is not None and (report.score(e).adjusted or 0) < args.min_score
