@@ -899,7 +899,8 @@ def cmd_mutate(args: argparse.Namespace) -> int:
             notes.print(f"[bold magenta]error[/]: {escape(problem)}")
         notes.print(
             f"[bold magenta]the mutation run is in error[/]: {len(report.failed_baselines)} baseline(s) not passing, "
-            f"{len(report.sentinel_problems)} sentinel problem(s), {len(report.errors)} mutant cell(s) in error (exit 3)"
+            f"{len(report.sentinel_problems)} sentinel problem(s), {len(report.errors)} mutant cell(s) in error "
+            "(exit 3)"
         )
         return int(ExitCode.INFRASTRUCTURE)
     low = [
