@@ -136,3 +136,12 @@ def test_a_function_pointer_parameter_is_named_inside_its_declarator() -> None:
         == "AOTITorchError f(TorchLibraryHandle a0, void (*a1)(StableIValue*, uint64_t, uint64_t))"
     )
     assert split_params("void") == ()
+
+
+def test_the_cli_refuses_a_mutant_pattern_that_matches_nothing_before_any_work(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from harness.cli import main
+
+    assert main(["mutate", "--mutant", "meta.dimm*"]) == 2
+    assert "'meta.dimm*' matches no mutant" in capsys.readouterr().err
