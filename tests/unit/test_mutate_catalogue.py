@@ -145,3 +145,11 @@ def test_the_cli_refuses_a_mutant_pattern_that_matches_nothing_before_any_work(
 
     assert main(["mutate", "--mutant", "meta.dimm*"]) == 2
     assert "'meta.dimm*' matches no mutant" in capsys.readouterr().err
+
+
+def test_the_catalogue_and_the_support_code_ship_as_package_data() -> None:
+    import tomllib
+
+    config = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert "harness.mutants" in config["packages"]
+    assert set(config["package-data"]["harness.mutants"]) == {"*.yaml", "*.h"}
