@@ -24,6 +24,14 @@ def matrix(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def mutate(session: nox.Session) -> None:
+    """Detection power: the shim-mutant catalogue against the default stable builds on the newest runtime.
+    Arguments go to `python -m harness mutate` (e.g. -- --matrix examples/matrix.yaml, -- --mutant 'meta.*')."""
+    session.install("-e", ".")
+    session.run("python", "-m", "harness", "mutate", *session.posargs)
+
+
+@nox.session(default=False)
 def harness(session: nox.Session) -> None:
     """Any harness command: `nox -s harness -- abi-diff 2.15 candidate.whl`, `-- check wheel.whl`..."""
     session.install("-e", ".")

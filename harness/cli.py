@@ -14,6 +14,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
@@ -52,6 +53,9 @@ from harness.verdict import Verdict, promise
 from harness.versions import ApiLevel
 
 # Off a terminal (CI logs, pipes) never wrap or cut cell ids: they are meant to be copied.
+if TYPE_CHECKING:
+    from harness.mutate_run import MutantCell
+
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 250)
 notes = Console(highlight=False, stderr=True, soft_wrap=True)  # what must not mix with JSON on stdout
 VERDICT_STYLE = {
@@ -371,6 +375,45 @@ def parser(prog: str = "python -m harness") -> argparse.ArgumentParser:
         metavar="WHEEL",
         help="the candidate's torch wheel for abi-diff (default: one in --find-links, else the manifest's release)",
     )
+
+    mutate = command(
+        "mutate",
+        help="detection power: run the selected stable builds' suites under each shim mutant of the catalogue "
+        "(killed, survived, not applicable); mutation.json and mutation.md in the run's report directory",
+    )
+    mutate.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX, help="the matrix file (default: %(default)s)")
+    mutate.add_argument(
+        "-k", "--select", action="append", default=[], metavar="SELECTOR", help="only cells whose id matches (as run)"
+    )
+    mutate.add_argument(
+        "--runtime",
+        action="append",
+        default=[],
+        metavar="RELEASE",
+        help="the torch release(s) to run on (repeatable; default: the matrix's newest)",
+    )
+    mutate.add_argument(
+        "--mutant",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="only mutants whose id matches (the sentinel stays)",
+    )
+    mutate.add_argument(
+        "--catalogue", type=existing_file, default=None, help="a catalogue of your own (default: the packaged one)"
+    )
+    mutate.add_argument(
+        "--min-score",
+        type=float,
+        default=None,
+        metavar="FRACTION",
+        help="exit 1 when an extension's score (justified equivalents aside) is below this, e.g. 0.9",
+    )
+    mutate.add_argument("-j", "--jobs", type=positive_int, default=os.cpu_count() or 1, help="cells at once")
+    mutate.add_argument("--reports-dir", type=Path, default=Path("reports"), help="where reports go")
+    mutate.add_argument("--cache-dir", type=Path, default=None, help="envs, builds and interposers (default: as run)")
+    mutate.add_argument("--timeout", type=positive_seconds, default=None, help="seconds per cell")
+    mutate.add_argument("--json", action="store_true", help="mutation.json's document on stdout")
 
     plan = command("plan", help="print the selected cells and what each is promised; do nothing else")
     common(plan)
@@ -822,6 +865,64 @@ def against_baseline(baseline: RunResult, run: RunResult, run_dir: Path) -> RunD
     write_html(run, run_dir)
     print_diff(result)
     return result
+
+
+def cmd_mutate(args: argparse.Namespace) -> int:
+    """Shim mutants against the selected stable builds (harness/mutate_run.py); exit 3 when the run proves
+    nothing (a failing baseline, a sentinel not killed, a cell in error), 1 below --min-score."""
+    from harness.mutate_catalogue import load_catalogue
+    from harness.mutate_report import MutationReport, write_mutation_report
+    from harness.mutate_run import default_cells, mutate
+    from harness.pipeline import RunOptions
+
+    catalogue = load_catalogue(args.catalogue).select(args.mutant)
+    plan = make_plan(load_matrix(args.matrix), args.select)
+    cells = default_cells(plan, args.runtime)
+    if not cells:
+        raise BadInputError(
+            f"no cell of {args.matrix} to mutate: mutation needs a stable extension (not a control) promised to "
+            f"pass on the runtime ({', '.join(args.runtime) or 'the newest'}); see `python -m harness plan`"
+        )
+    plan = dataclasses.replace(plan, cells=cells)
+    cache_dir = (args.cache_dir or default_cache_dir()).absolute()
+    writable_dir(args.reports_dir, "--reports-dir")
+    options = RunOptions(reports_dir=args.reports_dir, cache_dir=cache_dir, jobs=args.jobs, cell_timeout=args.timeout)
+    console.print(
+        f"{len(catalogue.mutants)} mutant(s) x {len(cells)} cell(s): {escape(', '.join(c.id for c in cells))}"
+    )
+    observer = ConsoleObserver()
+
+    def progress(cell: MutantCell, done: int, total: int) -> None:
+        console.print(
+            f"   [{done}/{total}] {cell.verdict.value if cell.verdict else '-':<9} {cell.seconds:5.1f} s  "
+            f"{escape(str(cell.mutant))} ~ {escape(cell.cell)}"
+        )
+
+    report = MutationReport.of(mutate(plan, catalogue, options, observer, progress))
+    json_path, md_path = write_mutation_report(report)
+    for ext in report.extensions:
+        console.print(f"mutation score of {escape(ext)}: {report.score(ext).text()}")
+    for cell in report.survivors:
+        console.print(f"   survived: {escape(str(cell.mutant))} on {escape(cell.cell)}")
+    console.print(f"report: {md_path}, {json_path.name} ({report.run.seconds:.0f} s)")
+    if args.json:
+        emit_json(report.to_json())
+    if not report.ok:
+        for problem in report.to_json()["problems"]:
+            notes.print(f"[bold magenta]error[/]: {escape(problem)}")
+        notes.print(
+            f"[bold magenta]the mutation run is in error[/]: {len(report.failed_baselines)} baseline(s) not passing, "
+            f"{len(report.sentinel_problems)} sentinel problem(s), {len(report.errors)} mutant cell(s) in error "
+            "(exit 3)"
+        )
+        return int(ExitCode.INFRASTRUCTURE)
+    low = [
+        e for e in report.extensions if args.min_score is not None and (report.score(e).adjusted or 0) < args.min_score
+    ]
+    if low:
+        notes.print(f"[bold red]below --min-score {args.min_score}[/]: {escape(', '.join(low))} (exit 1)")
+        return int(ExitCode.BROKEN)
+    return int(ExitCode.OK)
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
@@ -1372,6 +1473,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "gate": cmd_gate,
             "compat": cmd_compat,
             "runtimes": cmd_runtimes,
+            "mutate": cmd_mutate,
         }
         return commands[args.command](args)
     except HarnessError as exc:

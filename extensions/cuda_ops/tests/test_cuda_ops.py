@@ -6,7 +6,9 @@ sees a CUDA device; elsewhere that case is skipped with the reason. The tests of
 have no kernel, which the "cpu" case checks.
 """
 
+import gc
 import os
+import weakref
 
 import cuda_ops
 import pytest
@@ -76,6 +78,34 @@ def test_errors_reach_python_with_their_message(device):
     with pytest.raises(RuntimeError, match="must have the same shape"):
         ops.scaled_add(a, b[:3], 1.0)
     torch.testing.assert_close(ops.scaled_add(a, b, 1.0), a + b)  # still works after the errors
+
+
+@covers("parity.eager")
+@on_every_device
+def test_scaled_add_of_a_transposed_and_a_contiguous_input(device):
+    # The kernel makes both operands contiguous (c10's contiguous_format code): a kernel handed a
+    # transposed operand as it is would pair the wrong elements.
+    a, b = torch.randn(6, 4, device=device).t(), torch.randn(4, 6, device=device)
+    torch.testing.assert_close(ops.scaled_add(a, b, 2.0), a + 2.0 * b)
+
+
+@covers("dispatcher.error_propagation", "row.ScalarType")
+@on_every_device
+def test_an_int64_operand_is_refused_by_name(device):
+    a, b = _pair(device)
+    with pytest.raises(RuntimeError, match="must be float32 or float64"):
+        ops.scaled_add(a.long(), b.long(), 1.0)
+
+
+@covers("stack.ownership_no_leak")
+@on_every_device
+def test_what_scaled_add_returns_is_released(device):
+    a, b = _pair(device)
+    out = ops.scaled_add(a, b, 1.0)
+    ref = weakref.ref(out)
+    del out
+    gc.collect()
+    assert ref() is None
 
 
 @covers("dispatcher.error_propagation", "dispatch.CUDA")

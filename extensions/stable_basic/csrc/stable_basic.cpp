@@ -370,6 +370,16 @@ torch::headeronly::MemoryFormat echo_memory_format(torch::headeronly::MemoryForm
   return memory_format;
 }
 
+// The code the extension's own headers put on the wire for a Layout / MemoryFormat (through the
+// aoti_torch_layout_* / aoti_torch_memory_format_* shims): it must be libtorch's code for the value.
+int64_t layout_code(torch::headeronly::Layout layout) {
+  return static_cast<int64_t>(to<int32_t>(from(layout)));
+}
+
+int64_t memory_format_code(torch::headeronly::MemoryFormat memory_format) {
+  return static_cast<int64_t>(to<int32_t>(from(memory_format)));
+}
+
 // Tensor? and int[]?: both None and set.
 Tensor add_maybe(Tensor a, std::optional<Tensor> b) {
   check_float_cpu(a, "a");
@@ -488,6 +498,29 @@ Tensor owned_arange(int64_t n) {
 int64_t deleter_calls() {
   return deleter_calls_.load();
 }
+
+// owned_window(int n, int offset) -> Tensor: from_blob over n floats 0..n-1 starting at storage offset
+// `offset` (the tensor holds offset..n-1), freed through the deleter like owned_arange.
+Tensor owned_window(int64_t n, int64_t offset) {
+  STD_TORCH_CHECK(n > 0 && offset >= 0 && offset < n, "owned_window: needs 0 <= offset < n");
+  float* data = new float[static_cast<size_t>(n)];
+  for (int64_t i = 0; i < n; ++i) data[i] = static_cast<float>(i);
+  std::vector<int64_t> sizes = {n - offset};
+  std::vector<int64_t> strides = {1};
+  return torch::stable::from_blob(
+      data, sizes, strides, torch::stable::Device(torch::headeronly::DeviceType::CPU),
+      torch::headeronly::ScalarType::Float,
+      [](void* p) {
+        delete[] static_cast<float*>(p);
+        deleter_calls_.fetch_add(1);
+      },
+      offset);
+}
+
+// layout_of(Tensor t) -> Layout: Tensor::layout(), a libtorch code read back through the layout shims.
+torch::headeronly::Layout layout_of(Tensor t) {
+  return t.layout();
+}
 #endif  // STABLE_BASIC_HAS_2_11
 
 // ---- 2.14: Tensor::has_storage -------------------------------------------------------
@@ -535,6 +568,8 @@ STABLE_TORCH_LIBRARY(stable_basic, m) {
   m.def("contiguous_as(Tensor t, MemoryFormat memory_format) -> Tensor");
   m.def("echo_layout(Layout layout) -> Layout");
   m.def("echo_memory_format(MemoryFormat memory_format) -> MemoryFormat");
+  m.def("layout_code(Layout layout) -> int");
+  m.def("memory_format_code(MemoryFormat memory_format) -> int");
   m.def("add_maybe(Tensor a, Tensor? b=None) -> Tensor");
   m.def("sum_maybe(Tensor t, int[]? dims=None) -> Tensor");
   m.def("halves(Tensor(a -> *) t) -> Tensor(a)[]");
@@ -550,6 +585,8 @@ STABLE_TORCH_LIBRARY(stable_basic, m) {
 #ifdef STABLE_BASIC_HAS_2_11
   m.def("owned_arange(int n) -> Tensor");
   m.def("deleter_calls() -> int");
+  m.def("owned_window(int n, int offset) -> Tensor");
+  m.def("layout_of(Tensor t) -> Layout");
 #endif
 #ifdef STABLE_BASIC_HAS_2_12
   m.def("tagged_identity(Tensor(a) t) -> Tensor(a)", {torch::headeronly::Tag::pt2_compliant_tag});
@@ -590,6 +627,8 @@ STABLE_TORCH_LIBRARY_IMPL(stable_basic, CompositeExplicitAutograd, m) {
   m.impl("contiguous_as", TORCH_BOX(&stable_basic::contiguous_as));
   m.impl("echo_layout", TORCH_BOX(&stable_basic::echo_layout));
   m.impl("echo_memory_format", TORCH_BOX(&stable_basic::echo_memory_format));
+  m.impl("layout_code", TORCH_BOX(&stable_basic::layout_code));
+  m.impl("memory_format_code", TORCH_BOX(&stable_basic::memory_format_code));
   m.impl("add_maybe", TORCH_BOX(&stable_basic::add_maybe));
   m.impl("sum_maybe", TORCH_BOX(&stable_basic::sum_maybe));
   m.impl("halves", TORCH_BOX(&stable_basic::halves));
@@ -605,6 +644,8 @@ STABLE_TORCH_LIBRARY_IMPL(stable_basic, CompositeExplicitAutograd, m) {
 #ifdef STABLE_BASIC_HAS_2_11
   m.impl("owned_arange", TORCH_BOX(&stable_basic::owned_arange));
   m.impl("deleter_calls", TORCH_BOX(&stable_basic::deleter_calls));
+  m.impl("owned_window", TORCH_BOX(&stable_basic::owned_window));
+  m.impl("layout_of", TORCH_BOX(&stable_basic::layout_of));
 #endif
 #ifdef STABLE_BASIC_HAS_2_12
   m.impl("tagged_identity", &stable_basic::boxed_identity);

@@ -397,6 +397,18 @@ def test_memory_format_argument(memory_format):
 
 @covers("row.Layout", "row.MemoryFormat")
 @needs_2_10
+@pytest.mark.parametrize(
+    ("value", "code"),
+    [(torch.strided, 0), (torch.contiguous_format, 0), (torch.preserve_format, 1), (torch.channels_last, 2)],
+)
+def test_enum_codes_the_extension_sends_are_libtorchs(value, code):
+    # The headers translate a Layout / MemoryFormat into libtorch's code through the shims: c10's numbering.
+    convert = ops.layout_code if isinstance(value, torch.layout) else ops.memory_format_code
+    assert convert(value) == code
+
+
+@covers("row.Layout", "row.MemoryFormat")
+@needs_2_10
 def test_layout_and_memory_format_round_trip(doc_difference):
     # Like ScalarType, these enums reach Python as their c10 codes.
     layout, memory_format = ops.echo_layout(torch.strided), ops.echo_memory_format(torch.channels_last)
@@ -492,6 +504,24 @@ def test_from_blob_deleter_runs_when_the_tensor_dies():
     del t
     gc.collect()
     assert ops.deleter_calls() == before + 1
+
+
+@needs_2_11
+@covers("stack.ownership_no_leak", "row.Layout")
+def test_from_blob_honours_its_storage_offset():
+    before = ops.deleter_calls()
+    t = ops.owned_window(6, 2)
+    assert t.tolist() == [2.0, 3.0, 4.0, 5.0] and t.storage_offset() == 2
+    del t
+    gc.collect()
+    assert ops.deleter_calls() == before + 1
+
+
+@needs_2_11
+@covers("row.Layout")
+def test_layout_read_from_a_tensor():
+    # Tensor::layout(): libtorch's code, mapped back through the extension's aoti_torch_layout_* shims.
+    assert ops.layout_of(torch.randn(2, 3)) in (torch.strided, 0)
 
 
 # ---- 2.12: def() with tags ------------------------------------------------------------
@@ -788,6 +818,8 @@ OPCHECK = {  # op -> (level, inputs, {utility it cannot pass: why})
     "contiguous_as": ((2, 10), lambda: (torch.randn(2, 3, 4, 5), torch.channels_last), {}),
     "echo_layout": ((2, 10), lambda: (torch.strided,), {}),
     "echo_memory_format": ((2, 10), lambda: (torch.channels_last,), {}),
+    "layout_code": ((2, 10), lambda: (torch.strided,), {}),
+    "memory_format_code": ((2, 10), lambda: (torch.channels_last,), {}),
     "add_maybe": ((2, 10), lambda: (_x(), _x()), NO_FAKE),
     "sum_maybe": ((2, 10), lambda: (torch.randn(2, 3), [0]), {}),
     "halves": ((2, 10), lambda: (_x(),), {"test_aot_dispatch_dynamic": ALIASED_OUTPUT}),
@@ -809,6 +841,8 @@ OPCHECK = {  # op -> (level, inputs, {utility it cannot pass: why})
     ),
     "owned_arange": ((2, 11), lambda: (3,), NO_TENSOR_FACTORY if TORCH_RELEASE < (2, 14) else {}),
     "deleter_calls": ((2, 11), lambda: (), {}),
+    "owned_window": ((2, 11), lambda: (4, 1), NO_TENSOR_FACTORY if TORCH_RELEASE < (2, 14) else {}),
+    "layout_of": ((2, 11), lambda: (_x(),), {}),
     "tagged_identity": (
         (2, 12),
         lambda: (_x(),),

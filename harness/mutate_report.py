@@ -1,0 +1,215 @@
+"""The mutation run's report: scores per extension and per convention, every survivor with its reason.
+
+Scores are counted per mutant and extension: a mutant applies to an extension when one of its builds
+imports a mutated function; it is killed when every cell of that extension it ran in failed, and it
+survived when one of them passed. The score is killed / (killed + survived); a survivor the catalogue
+justifies as equivalent is listed with that reason and left out of the adjusted score. The sentinel
+is a control, never scored: it must be killed wherever it applies.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from harness.files import write_atomic, write_json
+from harness.mutate_catalogue import CONVENTIONS, Mutant
+from harness.mutate_run import MutantCell, MutationRun, Verdict
+
+SCHEMA_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Score:
+    killed: int = 0
+    survived: int = 0
+    equivalent: int = 0  # survivors the catalogue justifies
+    not_applicable: int = 0
+    errors: int = 0
+
+    @property
+    def score(self) -> float | None:
+        scored = self.killed + self.survived
+        return self.killed / scored if scored else None
+
+    @property
+    def adjusted(self) -> float | None:
+        """killed / (killed + survivors not justified as equivalent)."""
+        scored = self.killed + self.survived - self.equivalent
+        return self.killed / scored if scored else None
+
+    def add(self, verdict: Verdict, equivalent: bool) -> Score:
+        field = {
+            Verdict.KILLED: "killed",
+            Verdict.SURVIVED: "survived",
+            Verdict.NOT_APPLICABLE: "not_applicable",
+            Verdict.ERROR: "errors",
+        }[verdict]
+        bumped = dataclasses.replace(self, **{field: getattr(self, field) + 1})
+        return dataclasses.replace(bumped, equivalent=bumped.equivalent + 1) if equivalent else bumped
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **dataclasses.asdict(self),
+            "score": None if self.score is None else round(self.score, 4),
+            "adjusted_score": None if self.adjusted is None else round(self.adjusted, 4),
+        }
+
+    def text(self) -> str:
+        if self.score is None:
+            return "no applicable mutant"
+        adjusted = f", {self.adjusted:.0%} without the justified equivalents" if self.equivalent else ""
+        return f"{self.score:.0%} ({self.killed} of {self.killed + self.survived} killed{adjusted})"
+
+
+def mutant_verdict(cells: Iterable[MutantCell]) -> Verdict:
+    """One mutant over the cells of one extension: survived anywhere beats error beats killed."""
+    verdicts = {c.verdict for c in cells}
+    for verdict in (Verdict.SURVIVED, Verdict.ERROR, Verdict.KILLED):
+        if verdict in verdicts:
+            return verdict
+    return Verdict.NOT_APPLICABLE
+
+
+@dataclasses.dataclass(frozen=True)
+class MutationReport:
+    run: MutationRun
+    verdicts: dict[tuple[str, str], Verdict]  # (extension, mutant id) -> verdict
+
+    @classmethod
+    def of(cls, run: MutationRun) -> MutationReport:
+        grouped: dict[tuple[str, str], list[MutantCell]] = {}
+        for cell in run.cells:
+            assert cell.mutant is not None
+            grouped.setdefault((cell.extension, cell.mutant), []).append(cell)
+        return cls(run, {key: mutant_verdict(cells) for key, cells in grouped.items()})
+
+    @property
+    def mutants(self) -> dict[str, Mutant]:
+        return {m.id: m for m in self.run.catalogue.mutants}
+
+    @property
+    def extensions(self) -> list[str]:
+        return sorted({ext for ext, _ in self.verdicts})
+
+    def score(self, extension: str, convention: str | None = None) -> Score:
+        score = Score()
+        for (ext, mutant_id), verdict in sorted(self.verdicts.items()):
+            mutant = self.mutants[mutant_id]
+            if ext != extension or mutant.sentinel or (convention and mutant.convention != convention):
+                continue
+            score = score.add(verdict, verdict is Verdict.SURVIVED and mutant.equivalent is not None)
+        return score
+
+    @property
+    def failed_baselines(self) -> list[MutantCell]:
+        return [b for b in self.run.baselines if b.status != "PASS"]
+
+    @property
+    def sentinel_problems(self) -> list[str]:
+        """A sentinel that survived or errored anywhere, or applied nowhere: the run proves nothing."""
+        problems = []
+        for mutant in self.run.catalogue.sentinels:
+            mine = [c for c in self.run.cells if c.mutant == mutant.id]
+            for cell in mine:
+                if cell.verdict in {Verdict.SURVIVED, Verdict.ERROR}:
+                    problems.append(f"sentinel {mutant.id} {cell.verdict.value} on {cell.cell}: {cell.reason}")
+            if mine and all(c.verdict is Verdict.NOT_APPLICABLE for c in mine):
+                problems.append(f"sentinel {mutant.id} applies to no build: nothing proves interposition happens")
+        return problems
+
+    @property
+    def errors(self) -> list[MutantCell]:
+        return [c for c in self.run.cells if c.verdict is Verdict.ERROR]
+
+    @property
+    def survivors(self) -> list[MutantCell]:
+        return [c for c in self.run.cells if c.verdict is Verdict.SURVIVED]
+
+    @property
+    def ok(self) -> bool:
+        return not (self.failed_baselines or self.sentinel_problems or self.errors)
+
+    def to_json(self) -> dict[str, Any]:
+        run = self.run
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "run_id": run.run_id,
+            "started": run.started,
+            "seconds": round(run.seconds, 1),
+            "catalogue": str(run.catalogue.path),
+            "mutants": [m.to_json() for m in run.catalogue.mutants],
+            "ok": self.ok,
+            "problems": [*self.sentinel_problems, *(f"baseline {b.status} on {b.cell}" for b in self.failed_baselines)],
+            "scores": {
+                ext: {
+                    "all": self.score(ext).to_json(),
+                    "conventions": {
+                        conv: self.score(ext, conv).to_json() for conv in CONVENTIONS if conv != "sentinel"
+                    },
+                }
+                for ext in self.extensions
+            },
+            "baselines": [b.to_json() for b in run.baselines],
+            "skipped": list(run.skipped),
+            "cells": [c.to_json() for c in run.cells],
+        }
+
+    def markdown(self) -> str:
+        run = self.run
+        mutants = self.mutants
+        lines = [
+            f"# Mutation run {run.run_id}",
+            "",
+            f"{len(run.catalogue.mutants)} shim mutants on {len(run.baselines)} cell(s) in {run.seconds:.0f} s "
+            f"(catalogue {run.catalogue.path.name}); {sum(c.verdict is not Verdict.NOT_APPLICABLE for c in run.cells)}"
+            " mutant cells ran.",
+            "",
+        ]
+        if not self.ok:
+            lines += ["**The run is in error: its scores prove nothing.**", ""]
+            lines += [f"- {p}" for p in self.sentinel_problems]
+            lines += [f"- baseline {b.status} on `{b.cell}`: {b.reason}" for b in self.failed_baselines]
+            lines += [f"- error: `{c.mutant}` on `{c.cell}`: {c.reason}" for c in self.errors]
+            lines.append("")
+        lines += ["## Scores", "", "| extension | " + " | ".join(["all", *list(CONVENTIONS)[1:]]) + " |"]
+        lines.append("|---" * (len(CONVENTIONS) + 1) + "|")
+        for ext in self.extensions:
+            row = [self.score(ext).text()]
+            for conv in list(CONVENTIONS)[1:]:
+                s = self.score(ext, conv)
+                row.append("-" if s.score is None else f"{s.killed}/{s.killed + s.survived}")
+            lines.append(f"| {ext} | " + " | ".join(row) + " |")
+        lines += ["", "## Survivors", ""]
+        survivors = self.survivors
+        if not survivors:
+            lines.append("None: every applicable mutant was killed.")
+        by_mutant: dict[str, list[MutantCell]] = {}
+        for cell in survivors:
+            by_mutant.setdefault(str(cell.mutant), []).append(cell)
+        for mutant_id, cells in by_mutant.items():
+            mutant = mutants[mutant_id]
+            why = f"equivalent: {mutant.equivalent}" if mutant.equivalent else "a gap in the suite"
+            reached = "reached" if any(c.hit for c in cells) else "never reached by the suite"
+            lines.append(
+                f"- `{mutant_id}` ({mutant.convention}; {', '.join(mutant.functions)}): {mutant.does}. "
+                f"Survived on {', '.join(f'`{c.cell}`' for c in cells)} ({reached}). {why}"
+            )
+        lines += ["", "## Mutants", "", "| mutant | convention | does | " + " | ".join(self.extensions) + " |"]
+        lines.append("|---|---|---|" + "---|" * len(self.extensions))
+        for mutant in run.catalogue.mutants:
+            verdicts = [self.verdicts.get((ext, mutant.id), Verdict.NOT_APPLICABLE).value for ext in self.extensions]
+            lines.append(f"| `{mutant.id}` | {mutant.convention} | {mutant.does} | " + " | ".join(verdicts) + " |")
+        if run.skipped:
+            lines += ["", "## Cells not run", "", *(f"- {s}" for s in run.skipped)]
+        return "\n".join(lines) + "\n"
+
+
+def write_mutation_report(report: MutationReport) -> tuple[Path, Path]:
+    run_dir = report.run.run_dir
+    json_path, md_path = run_dir / "mutation.json", run_dir / "mutation.md"
+    write_json(json_path, report.to_json())
+    write_atomic(md_path, report.markdown())
+    return json_path, md_path

@@ -1,0 +1,82 @@
+"""`python -m harness mutate` for real: a few shim mutants on one stable_basic build on torch 2.15.0.
+
+The baseline passes; the sentinel is killed (interposition happens); a mutant the suite sees is killed; a
+mutant that only forwards survives (no false kills: the preload alone changes nothing); a mutant of a
+function the build never imports is not applicable; a baseline that does not pass is an error, never a kill.
+"""
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kit import harness
+
+from harness.mutate_catalogue import load_catalogue
+
+MATRIX = Path(__file__).parents[2] / "matrix.yaml"
+CELL = "stable_basic@b2.15.0-t2.14~r2.15.0-cpu"
+
+
+def catalogue(tmp_path: Path) -> Path:
+    packaged = {m.id: m for m in load_catalogue().mutants}
+    chosen = [packaged[i] for i in ("sentinel.abort_on_delete", "meta.numel_minus_one", "meta.dim_plus_one")]
+    entries: list[dict[str, Any]] = [
+        {
+            "id": m.id,
+            "function": list(m.functions),
+            "convention": m.convention,
+            "does": m.does,
+            "body": m.body,
+            **({"sentinel": True} if m.sentinel else {}),
+        }
+        for m in chosen
+    ]
+    entries.append(
+        {
+            "id": "noop.forward",
+            "function": "aoti_torch_get_numel",
+            "convention": "tensor-metadata",
+            "does": "forwards unchanged",
+            "body": "harness::hit();\nreturn REAL(ARGS);\n",
+        }
+    )
+    path = tmp_path / "catalogue.yaml"
+    path.write_text(yaml.safe_dump({"schema_version": 1, "mutants": entries}))
+    return path
+
+
+def test_mutants_are_killed_survive_or_do_not_apply_as_they_should(tmp_path: Path) -> None:
+    proc = harness(
+        "mutate", "--matrix", MATRIX, "-k", CELL, "--catalogue", catalogue(tmp_path), "-j", "2",
+        "--reports-dir", "reports", cwd=tmp_path, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout
+    (run_dir,) = (tmp_path / "reports").iterdir()
+    report = json.loads((run_dir / "mutation.json").read_text())
+    assert [b["status"] for b in report["baselines"]] == ["PASS"]
+    verdicts = {c["mutant"]: (c["verdict"], c["hit"]) for c in report["cells"]}
+    assert verdicts == {
+        "sentinel.abort_on_delete": ("killed", True),
+        "meta.numel_minus_one": ("killed", True),
+        "noop.forward": ("survived", True),  # reached, and changing nothing: the preload alone kills nothing
+        "meta.dim_plus_one": ("not_applicable", False),  # the build never imports aoti_torch_get_dim
+    }
+    command = (run_dir / "cells" / f"meta.numel_minus_one~{CELL}" / "command.txt").read_text()
+    assert "LD_PRELOAD=" in command and "interposer.so" in command
+    text = (run_dir / "mutation.md").read_text()
+    assert "- `noop.forward` (tensor-metadata; aoti_torch_get_numel): forwards unchanged." in text
+    assert report["scores"]["stable_basic"]["all"]["score"] == 0.5
+
+
+def test_a_baseline_that_does_not_pass_is_an_error_and_its_mutants_do_not_run(tmp_path: Path) -> None:
+    proc = harness(
+        "mutate", "--matrix", MATRIX, "-k", CELL, "--catalogue", catalogue(tmp_path), "--timeout", "1",
+        "--reports-dir", "reports", cwd=tmp_path, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 3, proc.stdout
+    assert re.search(f"baseline (TIMEOUT|ERROR) on {re.escape(CELL)}", proc.stdout), proc.stdout
+    (run_dir,) = (tmp_path / "reports").iterdir()
+    report = json.loads((run_dir / "mutation.json").read_text())
+    assert report["ok"] is False and report["cells"] == []

@@ -1,0 +1,104 @@
+"""The mutation report: scores per extension and convention, survivors with their reason, and the states
+that make a run an error (a failing baseline, a sentinel not killed, a cell in error)."""
+
+import json
+from pathlib import Path
+
+from harness.mutate_catalogue import Catalogue, Mutant
+from harness.mutate_report import MutationReport, Score, write_mutation_report
+from harness.mutate_run import MutantCell, MutationRun, Verdict
+
+SENTINEL = Mutant("sentinel.abort", ("aoti_torch_delete_tensor_object",), "sentinel", "aborts", "", sentinel=True)
+DIM = Mutant("meta.dim", ("aoti_torch_get_dim",), "tensor-metadata", "dim one larger", "")
+DTYPE = Mutant("enum.dtype", ("aoti_torch_get_dtype",), "enum-codes", "dtype neighbour", "")
+LEAK = Mutant(
+    "own.leak", ("aoti_torch_delete_tensor_object",), "ownership", "never deletes", "", equivalent="a leak is unseen"
+)
+CATALOGUE = Catalogue(Path("catalogue.yaml"), (SENTINEL, DIM, DTYPE, LEAK))
+
+
+def cell(mutant: Mutant | None, verdict: Verdict | None, build: str = "ext@b2.15.0", status: str = "") -> MutantCell:
+    runtime = "r2.15.0-cpu"
+    status = status or {Verdict.KILLED: "TEST_FAILED", Verdict.SURVIVED: "PASS"}.get(verdict, "PASS")  # type: ignore[arg-type]
+    return MutantCell(
+        mutant.id if mutant else None,
+        f"{build}~{runtime}",
+        build.split("@")[0],
+        build,
+        runtime,
+        verdict,
+        status,
+        "why",
+        hit=verdict is Verdict.SURVIVED,
+    )
+
+
+def run_of(*cells: MutantCell, baselines: tuple[MutantCell, ...] = (), run_dir: Path = Path("/nowhere")) -> MutationRun:
+    baselines = baselines or (cell(None, None), cell(None, None, "ext@b2.9.1"))
+    return MutationRun("r1", run_dir, "2026-11-25T12:00:00+00:00", 12.0, CATALOGUE, baselines, cells, ())
+
+
+GOOD = (
+    cell(SENTINEL, Verdict.KILLED),
+    cell(SENTINEL, Verdict.KILLED, "ext@b2.9.1"),
+    cell(DIM, Verdict.KILLED),
+    cell(DIM, Verdict.SURVIVED, "ext@b2.9.1"),  # survived on one build: survived for the extension
+    cell(DTYPE, Verdict.KILLED),
+    cell(DTYPE, Verdict.NOT_APPLICABLE, "ext@b2.9.1"),
+    cell(LEAK, Verdict.SURVIVED),
+    cell(LEAK, Verdict.SURVIVED, "ext@b2.9.1"),
+)
+
+
+def test_a_mutant_survives_for_an_extension_when_one_of_its_cells_passed() -> None:
+    report = MutationReport.of(run_of(*GOOD))
+    assert report.verdicts[("ext", "meta.dim")] is Verdict.SURVIVED
+    assert report.verdicts[("ext", "enum.dtype")] is Verdict.KILLED
+    score = report.score("ext")
+    assert (score.killed, score.survived, score.equivalent) == (1, 2, 1)  # the sentinel is not scored
+    assert score.score == 1 / 3 and score.adjusted == 1 / 2
+    assert report.score("ext", "enum-codes").score == 1.0
+    assert report.score("ext", "errors").score is None
+    assert report.ok
+
+
+def test_the_markdown_lists_every_survivor_with_its_function_and_reason(tmp_path: Path) -> None:
+    report = MutationReport.of(run_of(*GOOD, run_dir=tmp_path))
+    json_path, md_path = write_mutation_report(report)
+    text = md_path.read_text()
+    assert "| ext | 33% (1 of 3 killed, 50% without the justified equivalents) |" in text
+    assert (
+        "- `meta.dim` (tensor-metadata; aoti_torch_get_dim): dim one larger. Survived on `ext@b2.9.1~r2.15.0-cpu`"
+        in text
+    )
+    assert "a gap in the suite" in text
+    assert "equivalent: a leak is unseen" in text
+    data = json.loads(json_path.read_text())
+    assert data["scores"]["ext"]["all"]["adjusted_score"] == 0.5
+    assert data["ok"] is True and data["problems"] == []
+
+
+def test_a_sentinel_that_survives_anywhere_makes_the_run_an_error() -> None:
+    survived = (cell(SENTINEL, Verdict.KILLED), cell(SENTINEL, Verdict.SURVIVED, "ext@b2.9.1"))
+    report = MutationReport.of(run_of(*survived))
+    assert not report.ok
+    assert report.sentinel_problems == ["sentinel sentinel.abort survived on ext@b2.9.1~r2.15.0-cpu: why"]
+
+
+def test_a_sentinel_that_applies_nowhere_makes_the_run_an_error() -> None:
+    report = MutationReport.of(run_of(cell(SENTINEL, Verdict.NOT_APPLICABLE), cell(DIM, Verdict.KILLED)))
+    assert report.sentinel_problems == [
+        "sentinel sentinel.abort applies to no build: nothing proves interposition happens"
+    ]
+
+
+def test_a_failing_baseline_is_an_error_never_a_kill(tmp_path: Path) -> None:
+    failing = cell(None, None, status="TEST_FAILED")
+    report = MutationReport.of(run_of(cell(SENTINEL, Verdict.KILLED), baselines=(failing,), run_dir=tmp_path))
+    assert not report.ok and report.failed_baselines == [failing]
+    assert "baseline TEST_FAILED on `ext@b2.15.0~r2.15.0-cpu`" in report.markdown()
+
+
+def test_a_cell_in_error_makes_the_run_an_error_and_is_not_scored() -> None:
+    report = MutationReport.of(run_of(cell(SENTINEL, Verdict.KILLED), cell(DIM, Verdict.ERROR, status="ERROR")))
+    assert not report.ok and report.score("ext") == Score(errors=1)
