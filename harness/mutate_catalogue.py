@@ -65,7 +65,8 @@ class Mutant:
         """The catalogue's reason why this mutant survives in `extension` by design, or None."""
         exact = [why for pattern, why in self.equivalent if pattern == extension]
         globbed = [why for pattern, why in self.equivalent if fnmatch.fnmatchcase(extension, pattern)]
-        return (exact or globbed or [None])[0]
+        found = exact or globbed
+        return found[0] if found else None
 
     @property
     def wraps_kernels(self) -> bool:
