@@ -323,8 +323,12 @@ class MutationReport:
 
 
 def write_mutation_report(report: MutationReport) -> tuple[Path, Path]:
+    """mutation.json, mutation.md and report.html in the run's directory."""
+    from harness.mutate_html import write_mutation_html  # it imports this module
+
     run_dir = report.run.run_dir
     json_path, md_path = run_dir / "mutation.json", run_dir / "mutation.md"
     write_json(json_path, report.to_json())
     write_atomic(md_path, report.markdown())
+    write_mutation_html(report)
     return json_path, md_path
