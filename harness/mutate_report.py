@@ -284,10 +284,10 @@ class MutationReport:
                 s = self.score(ext, conv)
                 row.append("-" if s.score is None else f"{s.killed}/{s.killed + s.survived}")
             lines.append(f"| {ext} | " + " | ".join(row) + " |")
-        lines += ["", "## Survivors", ""]
+        lines += ["", "## Survivors"]
         survivors = self.survivors
         if not survivors:
-            lines.append("None: every applicable mutant was killed.")
+            lines += ["", "None: every applicable mutant was killed."]
         for ext in self.extensions:
             mine = [s for s in survivors if s.extension == ext]
             if not mine:
