@@ -23,7 +23,7 @@ from harness.files import write_atomic, write_json
 from harness.mutate_catalogue import CONVENTIONS, Mutant
 from harness.mutate_run import MutantCell, MutationRun, Verdict
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: equivalent per extension, reached (outcomes), survivors with their reason, test_strength
 
 
 @dataclasses.dataclass(frozen=True)
