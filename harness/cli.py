@@ -901,9 +901,12 @@ def cmd_mutate(args: argparse.Namespace) -> int:
     report = MutationReport.of(mutate(plan, catalogue, options, observer, progress))
     json_path, md_path = write_mutation_report(report)
     for ext in report.extensions:
-        console.print(f"mutation score of {escape(ext)}: {report.score(ext).text()}")
-    for cell in report.survivors:
-        console.print(f"   survived: {escape(str(cell.mutant))} on {escape(cell.cell)}")
+        score = report.score(ext)
+        console.print(f"mutation score of {escape(ext)}: {score.text()}; test strength {score.strength_text()}")
+    for survivor in report.survivors:
+        console.print(
+            f"   survived in {escape(survivor.extension)}: {escape(survivor.mutant.id)} ({escape(survivor.reason)})"
+        )
     console.print(f"report: {md_path}, {json_path.name} ({report.run.seconds:.0f} s)")
     if args.json:
         emit_json(report.to_json())

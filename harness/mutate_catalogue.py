@@ -5,7 +5,9 @@ role, e.g. the two dispatcher shims) and names the convention it breaks. Its C++
 the interposer generator wraps into a function with the real one's signature (`REAL` is the real
 function, `ARGS` its parameters, `a0`...`aN` each of them); a mutant of the boxed kernels instead gives
 `kernel_before` / `kernel_after` fragments run around every kernel an extension registers. A survivor
-that no suite could ever kill is marked `equivalent:` with the reason.
+that a suite cannot kill is marked `equivalent:` with the reason: one sentence for every extension, or a
+mapping from extension name patterns (globs, `"*"` for every extension) to a sentence each, for a mutant
+that survives by design in one extension only (its ops never take a bool, say).
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ KEYS = {"id", "function", "convention", "does", "body", "kernel_before", "kernel
 KERNEL_REGISTRATION = ("aoti_torch_library_impl", "torch_library_impl")
 CATALOGUE = "catalogue.yaml"
 SCHEMA_VERSION = 1
+EXTENSION_PATTERN = re.compile(r"^[A-Za-z0-9_.*?\[\]-]+$")  # an extension's name, or a glob over names
+EVERY_EXTENSION = "*"
 # The body of a kernel mutant's registration shims (both take the kernel's name and function as a1, a2).
 KERNEL_BODY = "a2 = harness::wrap_kernel(a1, a2);\nreturn REAL(ARGS);\n"
 
@@ -53,8 +57,16 @@ class Mutant:
     body: str  # C++ statements, the body of each interposed function
     kernel_before: str = ""  # C++ run before every registered boxed kernel (stack, num_args, sig in scope)
     kernel_after: str = ""  # ... and after it (stack, num_outputs, sig)
-    equivalent: str | None = None  # why no suite can kill it, when it survives by design
+    # why no suite can kill it, when it survives by design: (extension glob, reason), the first match wins
+    equivalent: tuple[tuple[str, str], ...] = ()
     sentinel: bool = False
+
+    def justification(self, extension: str) -> str | None:
+        """The catalogue's reason why this mutant survives in `extension` by design, or None."""
+        exact = [why for pattern, why in self.equivalent if pattern == extension]
+        globbed = [why for pattern, why in self.equivalent if fnmatch.fnmatchcase(extension, pattern)]
+        found = exact or globbed
+        return found[0] if found else None
 
     @property
     def wraps_kernels(self) -> bool:
@@ -69,7 +81,7 @@ class Mutant:
             "functions": list(self.functions),
             "convention": self.convention,
             "does": self.does,
-            "equivalent": self.equivalent,
+            "equivalent": dict(self.equivalent),
             "sentinel": self.sentinel,
         }
 
@@ -176,9 +188,7 @@ def _entry(entry: Mapping[str, Any], where: str, problems: list[str]) -> Mutant 
         problems.append(f"{where}: a kernel mutant has no `body:` (its registration shims wrap each kernel)")
     if kernel and set(functions) - set(KERNEL_REGISTRATION):
         problems.append(f"{where}: kernel_before/kernel_after need `function:` among {', '.join(KERNEL_REGISTRATION)}")
-    equivalent = entry.get("equivalent")
-    if equivalent is not None and (not isinstance(equivalent, str) or len(equivalent.strip()) < 10):
-        problems.append(f"{where}: `equivalent:` must say why no suite can kill the mutant (a sentence)")
+    equivalent = _equivalent(entry.get("equivalent"), where, problems)
     sentinel = entry.get("sentinel", False)
     if not isinstance(sentinel, bool):
         problems.append(f"{where}: `sentinel:` must be true or false")
@@ -194,6 +204,28 @@ def _entry(entry: Mapping[str, Any], where: str, problems: list[str]) -> Mutant 
         texts["body"],
         texts["kernel_before"],
         texts["kernel_after"],
-        equivalent.strip() if equivalent else None,
+        equivalent,
         sentinel,
     )
+
+
+def _equivalent(value: Any, where: str, problems: list[str]) -> tuple[tuple[str, str], ...]:
+    """`equivalent:` as (extension glob, reason) pairs: a plain sentence is the reason for every extension."""
+    if value is None:
+        return ()
+    pairs = value.items() if isinstance(value, Mapping) else [(EVERY_EXTENSION, value)]
+    if isinstance(value, Mapping) and not value:
+        problems.append(f"{where}: `equivalent:` is an empty mapping: name an extension (or '*') and why")
+    result = []
+    for pattern, why in pairs:
+        key = f"`equivalent.{pattern}:`" if isinstance(value, Mapping) else "`equivalent:`"
+        if not isinstance(pattern, str) or not EXTENSION_PATTERN.match(pattern):
+            problems.append(
+                f"{where}: `equivalent:` key {pattern!r} is not an extension name or a glob over names "
+                "(letters, digits, _ . - and * ? [ ]), e.g. cuda_ops or '*'"
+            )
+        elif not isinstance(why, str) or len(why.strip()) < 10:
+            problems.append(f"{where}: {key} must say why no suite can kill the mutant (a sentence)")
+        else:
+            result.append((pattern, why.strip()))
+    return tuple(result)

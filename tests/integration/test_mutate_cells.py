@@ -80,3 +80,33 @@ def test_a_baseline_that_does_not_pass_is_an_error_and_its_mutants_do_not_run(tm
     (run_dir,) = (tmp_path / "reports").iterdir()
     report = json.loads((run_dir / "mutation.json").read_text())
     assert report["ok"] is False and report["cells"] == []
+
+
+def test_a_real_function_found_in_no_torch_library_is_an_error_never_a_kill(tmp_path: Path) -> None:
+    # The interposer's own lookup (harness::real, support.h) asked for a name no loaded torch library
+    # exports: the cell aborts, its trace says "unresolved", and the run is in error (exit 3), not a kill.
+    path = catalogue(tmp_path)
+    data = yaml.safe_load(path.read_text())
+    data["mutants"].append(
+        {
+            "id": "noop.unresolved",
+            "function": "aoti_torch_get_numel",
+            "convention": "tensor-metadata",
+            "does": "forwards, after looking up a function torch does not export",
+            "body": 'harness::real("aoti_torch_no_such_shim");\nreturn REAL(ARGS);\n',
+        }
+    )
+    path.write_text(yaml.safe_dump(data))
+    proc = harness(
+        "mutate", "--matrix", MATRIX, "-k", CELL, "--catalogue", path, "--mutant", "noop.unresolved",
+        "-j", "2", "--reports-dir", "reports", cwd=tmp_path, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 3, proc.stdout
+    (run_dir,) = (tmp_path / "reports").iterdir()
+    report = json.loads((run_dir / "mutation.json").read_text())
+    verdicts = {c["mutant"]: (c["verdict"], c["reason"]) for c in report["cells"]}
+    assert verdicts["sentinel.abort_on_delete"][0] == "killed"
+    verdict, reason = verdicts["noop.unresolved"]
+    assert verdict == "error" and reason.startswith("the interposer found no real function to forward to"), reason
+    assert "error: `noop.unresolved`" in (run_dir / "mutation.md").read_text()
+    assert 'id="errors"' in (run_dir / "report.html").read_text()

@@ -37,7 +37,7 @@ def test_the_packaged_catalogue_has_thirty_mutants_a_sentinel_and_every_conventi
     assert len(catalogue.mutants) >= 30
     assert [m.id for m in catalogue.sentinels] == ["sentinel.abort_on_delete"]
     assert {m.convention for m in catalogue.mutants} == set(CONVENTIONS)
-    assert all(m.equivalent is None or len(m.equivalent) > 40 for m in catalogue.mutants)
+    assert all(len(why) > 40 for m in catalogue.mutants for _, why in m.equivalent)
 
 
 def test_every_packaged_mutant_is_declared_with_a_signature_in_the_newest_release() -> None:
@@ -75,6 +75,28 @@ def test_a_catalogue_without_a_sentinel_is_refused() -> None:
 def test_an_equivalent_mutant_must_say_why() -> None:
     with pytest.raises(ConfigError, match="must say why no suite can kill"):
         parse(entry(equivalent="yes"))
+
+
+def test_a_justification_can_name_one_extension_and_a_plain_one_means_every_extension() -> None:
+    why_cuda, why_all = "cuda_ops' ops take no bool argument at all", "the value is only ever compared with itself"
+    per_extension = parse(entry(equivalent={"cuda_ops": why_cuda, "*": why_all})).mutants[1]
+    assert per_extension.justification("cuda_ops") == why_cuda
+    assert per_extension.justification("stable_basic") == why_all  # "*" is every other extension
+    only_one = parse(entry(equivalent={"cuda_*": why_cuda})).mutants[1]
+    assert only_one.justification("cuda_ops") == why_cuda and only_one.justification("stable_basic") is None
+    plain = parse(entry(equivalent=why_all)).mutants[1]
+    assert plain.justification("anything") == why_all and plain.to_json()["equivalent"] == {"*": why_all}
+
+
+def test_a_per_extension_justification_is_checked_like_the_rest() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse(entry(equivalent={"cuda ops!": "a long enough reason, but a bad name", "cuda_ops": "short", 3: "x" * 20}))
+    message = str(caught.value)
+    assert "`equivalent:` key 'cuda ops!' is not an extension name or a glob over names" in message
+    assert "`equivalent.cuda_ops:` must say why no suite can kill the mutant (a sentence)" in message
+    assert "`equivalent:` key 3 is not an extension name" in message
+    with pytest.raises(ConfigError, match="`equivalent:` is an empty mapping"):
+        parse(entry(equivalent={}))
 
 
 def test_a_kernel_mutant_wraps_the_registration_shims_and_records_schemas() -> None:

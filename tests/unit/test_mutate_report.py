@@ -12,12 +12,21 @@ SENTINEL = Mutant("sentinel.abort", ("aoti_torch_delete_tensor_object",), "senti
 DIM = Mutant("meta.dim", ("aoti_torch_get_dim",), "tensor-metadata", "dim one larger", "")
 DTYPE = Mutant("enum.dtype", ("aoti_torch_get_dtype",), "enum-codes", "dtype neighbour", "")
 LEAK = Mutant(
-    "own.leak", ("aoti_torch_delete_tensor_object",), "ownership", "never deletes", "", equivalent="a leak is unseen"
+    "own.leak", ("aoti_torch_delete_tensor_object",), "ownership", "never deletes", "", equivalent=(("*", "unseen"),)
 )
-CATALOGUE = Catalogue(Path("catalogue.yaml"), (SENTINEL, DIM, DTYPE, LEAK))
+BOOL = Mutant(
+    "ivalue.bool", ("torch_library_impl",), "stableivalue", "a bool <inverted>", "", equivalent=(("other", "no bool"),)
+)
+CATALOGUE = Catalogue(Path("catalogue.yaml"), (SENTINEL, DIM, DTYPE, LEAK, BOOL))
 
 
-def cell(mutant: Mutant | None, verdict: Verdict | None, build: str = "ext@b2.15.0", status: str = "") -> MutantCell:
+def cell(
+    mutant: Mutant | None,
+    verdict: Verdict | None,
+    build: str = "ext@b2.15.0",
+    status: str = "",
+    hit: bool | None = None,
+) -> MutantCell:
     runtime = "r2.15.0-cpu"
     status = status or {Verdict.KILLED: "TEST_FAILED", Verdict.SURVIVED: "PASS"}.get(verdict, "PASS")  # type: ignore[arg-type]
     return MutantCell(
@@ -29,7 +38,7 @@ def cell(mutant: Mutant | None, verdict: Verdict | None, build: str = "ext@b2.15
         verdict,
         status,
         "why",
-        hit=verdict is Verdict.SURVIVED,
+        hit=verdict is Verdict.SURVIVED if hit is None else hit,
     )
 
 
@@ -72,7 +81,7 @@ def test_the_markdown_lists_every_survivor_with_its_function_and_reason(tmp_path
         in text
     )
     assert "a gap in the suite" in text
-    assert "equivalent: a leak is unseen" in text
+    assert "equivalent: unseen" in text
     data = json.loads(json_path.read_text())
     assert data["scores"]["ext"]["all"]["adjusted_score"] == 0.5
     assert data["ok"] is True and data["problems"] == []
@@ -102,3 +111,48 @@ def test_a_failing_baseline_is_an_error_never_a_kill(tmp_path: Path) -> None:
 def test_a_cell_in_error_makes_the_run_an_error_and_is_not_scored() -> None:
     report = MutationReport.of(run_of(cell(SENTINEL, Verdict.KILLED), cell(DIM, Verdict.ERROR, status="ERROR")))
     assert not report.ok and report.score("ext") == Score(errors=1)
+
+
+# ext: meta.dim killed; enum.dtype reached and survived (a gap); own.leak justified for every extension;
+# ivalue.bool never reached. other: ivalue.bool survived, justified for `other` only; meta.dim killed.
+MIXED = (
+    cell(SENTINEL, Verdict.KILLED),
+    cell(SENTINEL, Verdict.KILLED, "other@b2.15.0"),
+    cell(DIM, Verdict.KILLED),
+    cell(DIM, Verdict.KILLED, "other@b2.15.0"),
+    cell(DTYPE, Verdict.SURVIVED),
+    cell(LEAK, Verdict.SURVIVED, hit=True),
+    cell(BOOL, Verdict.SURVIVED, hit=False),
+    cell(BOOL, Verdict.SURVIVED, "other@b2.15.0", hit=True),
+)
+
+
+def test_every_survivor_has_its_reason_per_extension_and_reached_is_data(tmp_path: Path) -> None:
+    report = MutationReport.of(run_of(*MIXED, run_dir=tmp_path))
+    reasons = {(s.extension, s.mutant.id): (s.reached, s.reason) for s in report.survivors}
+    assert reasons == {
+        ("ext", "enum.dtype"): (True, "a gap in the suite"),
+        ("ext", "own.leak"): (True, "equivalent: unseen"),
+        ("ext", "ivalue.bool"): (False, "never reached by the suite"),  # justified for `other` only
+        ("other", "ivalue.bool"): (True, "equivalent: no bool"),
+    }
+    ext, other = report.score("ext"), report.score("other")
+    assert (ext.killed, ext.survived, ext.equivalent, ext.unreached) == (1, 3, 1, 1)
+    assert ext.score == 1 / 4 and ext.adjusted == 1 / 3 and ext.strength == 1 / 3  # 3 reached: dim, dtype, leak
+    assert (other.score, other.adjusted, other.strength) == (1 / 2, 1.0, 1 / 2)
+    json_path, md_path = write_mutation_report(report)
+    data = json.loads(json_path.read_text())
+    assert data["outcomes"]["ext"]["ivalue.bool"] == {"verdict": "survived", "reached": False}
+    assert data["outcomes"]["other"]["ivalue.bool"] == {"verdict": "survived", "reached": True}
+    assert data["scores"]["ext"]["all"]["test_strength"] == round(1 / 3, 4)
+    assert [(s["extension"], s["mutant"], s["why"]) for s in data["survivors"]] == [
+        ("ext", "enum.dtype", "gap"),
+        ("ext", "own.leak", "equivalent"),
+        ("ext", "ivalue.bool", "not_reached"),
+        ("other", "ivalue.bool", "equivalent"),
+    ]
+    text = md_path.read_text()
+    assert "| ext | 25% (1 of 4 killed, 33% without the justified equivalents) | 33% (1 of 3 reached) |" in text
+    assert "### ext: 3 survivor(s), 1 justified, 1 never reached, 1 gap(s)" in text
+    assert "Survived on `ext@b2.15.0~r2.15.0-cpu`; reached: no. Reason: never reached by the suite." in text
+    assert "| `ivalue.bool` | stableivalue | a bool <inverted> | survived (never reached) | survived |" in text

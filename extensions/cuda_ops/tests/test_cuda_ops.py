@@ -97,6 +97,18 @@ def test_an_int64_operand_is_refused_by_name(device):
         ops.scaled_add(a.long(), b.long(), 1.0)
 
 
+@covers("dispatcher.error_propagation")
+def test_an_allocation_that_fails_inside_the_op_reaches_python():
+    # 2**48 float32 elements (1 PiB, beyond any address space) through expand: the aten::contiguous the
+    # CPU kernel calls through the dispatcher cannot allocate them; its error must reach Python with its
+    # message, not be taken for success (the kernel would then read and write through the wrong tensors).
+    a = torch.ones(1).expand(2**48)
+    with pytest.raises(RuntimeError, match="can't allocate memory"):
+        ops.scaled_add(a, a, 1.0)
+    x, y = _pair("cpu")
+    torch.testing.assert_close(ops.scaled_add(x, y, 1.0), x + y)  # and the op still works after it
+
+
 @covers("stack.ownership_no_leak")
 @on_every_device
 def test_what_scaled_add_returns_is_released(device):
