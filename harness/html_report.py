@@ -41,7 +41,8 @@ LOGS_WITH_TAILS = ("stderr", "stdout", "build")
 DIFF_FILE, GATE_FILE = "diff.json", "gate.json"
 
 
-def _template() -> jinja2.Template:
+def page_template(name: str) -> jinja2.Template:
+    """A page template of harness/templates: escaped, strict about undefined names, tidy whitespace."""
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("harness", "templates"),
         autoescape=True,
@@ -50,7 +51,7 @@ def _template() -> jinja2.Template:
         lstrip_blocks=True,
     )
     env.filters["safe_url"] = safe_url
-    return env.get_template("report.html.j2")
+    return env.get_template(name)
 
 
 def safe_url(text: str) -> str | None:
@@ -194,7 +195,7 @@ def render(run: RunResult, run_dir: Path | None = None) -> str:
         rows.append(GridRow(row, extensions[row], tuple(marks), row in on_candidate))
     counts = run.counts()
     known = outcomes(run.known_breaks, run.cells)
-    return _template().render(
+    return page_template("report.html.j2").render(
         run=run,
         headline=headline(run),
         exit_code=int(run.exit_code),

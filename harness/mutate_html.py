@@ -9,30 +9,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import jinja2
-
 from harness.files import write_atomic
+from harness.html_report import page_template
 from harness.mutate_catalogue import CONVENTIONS
 from harness.mutate_report import MutationReport
 
 TEMPLATE = "mutation.html.j2"
 
 
-def _template() -> jinja2.Template:
-    env = jinja2.Environment(
-        loader=jinja2.PackageLoader("harness", "templates"),
-        autoescape=True,
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    return env.get_template(TEMPLATE)
-
-
 def render(report: MutationReport) -> str:
     conventions = [c for c in CONVENTIONS if c != "sentinel"]
     scores = [(ext, report.score(ext), [report.score(ext, conv) for conv in conventions]) for ext in report.extensions]
-    return _template().render(
+    return page_template(TEMPLATE).render(
         report=report,
         run=report.run,
         conventions=conventions,
