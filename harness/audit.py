@@ -12,7 +12,6 @@ that made it visible: does the symbol really resolve at that target?
 from __future__ import annotations
 
 import dataclasses
-import os
 import subprocess
 import tempfile
 from collections import defaultdict
@@ -24,7 +23,7 @@ from packaging.version import Version
 
 from harness.manifest import Manifest
 from harness.versions import ApiLevel
-from harness.visibility import Visibility
+from harness.visibility import Visibility, find_cuda_include
 
 DEVICES_WITHOUT_EXPORTS = ("mps", "xpu")  # Linux CUDA wheels never export these: nothing to compare
 
@@ -126,11 +125,6 @@ def probe_source(header: str, names: list[str]) -> str:
     return f"#include <{header}>\n\nvoid harness_probe() {{\n{uses}\n}}\n"
 
 
-def cuda_include() -> Path | None:
-    home = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
-    return home / "include" if (home / "include" / "cuda_runtime_api.h").is_file() else None
-
-
 def compiles(include: Path, header: str, names: list[str], target: ApiLevel, workdir: Path, cuda: Path | None) -> bool:
     source = workdir / "probe.cpp"
     source.write_text(probe_source(header, names))
@@ -147,7 +141,7 @@ def confirm(breaks: list[LatentBreak], include: Path) -> list[LatentBreak]:
         entry = item.chain[0] if item.chain else item.header  # the header an extension includes
         groups[(entry, item.visible_from, item.device == "cuda")].append(item)
     confirmed: list[LatentBreak] = []
-    cuda_headers = cuda_include()
+    cuda_headers = find_cuda_include()
     with tempfile.TemporaryDirectory(prefix="audit-guards-") as tmp:
         for (header, target, needs_cuda), items in groups.items():
             if needs_cuda and cuda_headers is None:

@@ -1302,13 +1302,13 @@ def cmd_abi_diff(args: argparse.Namespace) -> int:
 def cmd_audit_guards(args: argparse.Namespace) -> int:
     import tempfile
 
-    from harness.audit import confirm, cuda_include, exports_by_target, find_latent_breaks
+    from harness.audit import confirm, exports_by_target, find_latent_breaks
     from harness.config import DEFAULT_PYTHON
     from harness.envs import EnvManager, EnvSpec
     from harness.header_probe import HeaderFinding, probe_headers
     from harness.manifest import packaged_manifest
     from harness.sources import ResolvedSources
-    from harness.visibility import OLDEST_TARGET, packaged_visibility, scan_include
+    from harness.visibility import OLDEST_TARGET, find_cuda_include, packaged_visibility, scan_include
 
     manifest = packaged_manifest()
     release = manifest.release(args.release)
@@ -1330,7 +1330,7 @@ def cmd_audit_guards(args: argparse.Namespace) -> int:
                 f"{release}: its headers were never preprocessed (not in harness/data/stable_visibility.json) "
                 "and there are none here; pass --headers <torch/include> of that release"
             )
-        visibility = scan_include(include, release, cuda_include=cuda_include())
+        visibility = scan_include(include, release, cuda_include=find_cuda_include())
     breaks = find_latent_breaks(manifest, release, args.min_target, visibility)
     probed = include is not None and not args.no_probe
     header_findings: list[HeaderFinding] = []

@@ -18,6 +18,7 @@ import dataclasses
 import functools
 import json
 import logging
+import os
 import re
 import subprocess
 import sys
@@ -276,10 +277,10 @@ def scan_include(
     )
 
 
-def default_cuda_include() -> Path | None:
-    from harness.audit import cuda_include
-
-    return cuda_include()
+def find_cuda_include() -> Path | None:
+    """The CUDA toolkit's include directory ($CUDA_HOME, else /usr/local/cuda), if it holds the runtime API."""
+    home = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
+    return home / "include" if (home / "include" / "cuda_runtime_api.h").is_file() else None
 
 
 @functools.cache
@@ -349,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "data" / "stable_visibility.json")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    cuda = default_cuda_include()
+    cuda = find_cuda_include()
     if cuda is None:
         log.warning("no CUDA headers (CUDA_HOME/include/cuda_runtime_api.h): headeronly/cuda is preprocessed without")
     scans = []
