@@ -23,13 +23,13 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from harness import sandbox
 from harness.build import Builder
 from harness.config import Matrix, load_matrix
-from harness.envs import EnvManager, EnvSpec, default_cache_dir
+from harness.execute import sandbox
 from harness.pipeline import env_spec
 from harness.plan import Plan, make_plan
-from harness.sources import ResolvedSources, resolve_sources, uv_binary
+from harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
+from harness.provision.sources import ResolvedSources, resolve_sources, uv_binary
 
 REPO = Path(__file__).resolve().parents[1]
 

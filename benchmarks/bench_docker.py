@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import load_matrix
-from harness.container.engine import connect
-from harness.container.images import ensure_baked, ensure_base
-from harness.envs import EnvManager, EnvSpec, default_cache_dir
-from harness.sources import resolve_sources
-from harness.versions import parse_release
+from harness.core.versions import parse_release
+from harness.execute.container.engine import connect
+from harness.execute.container.images import ensure_baked, ensure_base
+from harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
+from harness.provision.sources import resolve_sources
 
 REPO = Path(__file__).resolve().parents[1]
 HARDENED = {

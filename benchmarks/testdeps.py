@@ -22,9 +22,9 @@ from pathlib import Path
 from packaging.version import Version
 
 from harness.config import DEFAULT_PYTHON, Sources
-from harness.envs import Env, EnvManager, EnvSpec, default_cache_dir
-from harness.sources import resolve_sources
-from harness.testdeps import OverlayManager
+from harness.provision.envs import Env, EnvManager, EnvSpec, default_cache_dir
+from harness.provision.sources import resolve_sources
+from harness.provision.testdeps import OverlayManager
 
 PROBE = """
 import importlib, sys

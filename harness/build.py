@@ -19,15 +19,17 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from harness import commands, prebuilt, toolchain
-from harness.envs import Env, locked
-from harness.errors import BadInputError, CommandError
-from harness.files import write_atomic, write_json
-from harness.manifest import packaged_manifest
+from harness.core import commands
+from harness.core.errors import BadInputError, CommandError
+from harness.core.files import write_atomic, write_json
 from harness.plan import Build
-from harness.predict import ArtifactImports
-from harness.sources import uv_binary
-from harness.symbols import read_artifact
+from harness.provision import toolchain
+from harness.provision.envs import Env, locked
+from harness.provision.sources import uv_binary
+from harness.static import prebuilt
+from harness.static.manifest import packaged_manifest
+from harness.static.predict import ArtifactImports
+from harness.static.symbols import read_artifact
 
 log = logging.getLogger(__name__)
 

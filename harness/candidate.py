@@ -14,8 +14,8 @@ from __future__ import annotations
 import dataclasses
 
 from harness.config import BuildSpec, Matrix, RuntimeSpec
-from harness.errors import ConfigError
-from harness.versions import ApiLevel, parse_release
+from harness.core.errors import ConfigError
+from harness.core.versions import ApiLevel, parse_release
 
 
 def candidate_extensions(matrix: Matrix) -> list[str]:

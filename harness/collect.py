@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from harness.execute import CellExecution
-from harness.status import Status
-from harness.symbols import demangle
+from harness.core.status import Status
+from harness.execute.api import CellExecution
+from harness.static.symbols import demangle
 
 PYTEST_EXIT = {
     2: "interrupted (often a test module failed to import)",

@@ -14,10 +14,11 @@ from typing import Any, Literal
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import Version
 
-from harness import interpreters, prebuilt
-from harness.errors import ConfigError
-from harness.schema import Document, did_you_mean
-from harness.versions import ApiLevel, parse_release
+from harness.core.errors import ConfigError
+from harness.core.schema import Document, did_you_mean
+from harness.core.versions import ApiLevel, parse_release
+from harness.provision import interpreters
+from harness.static import prebuilt
 
 Device = Literal["cpu", "cuda"]
 DEFAULT_MATRIX = Path("matrix.yaml")

@@ -17,29 +17,31 @@ from typing import Any, Protocol, TypeVar
 
 from elftools.common.exceptions import ELFError
 
-from harness import __version__, commands, interpreters, processes
-from harness.artifact import ArtifactFacts, RuntimeFacts, python_problem, unmet, wheel_tags
+from harness import __version__
 from harness.build import Builder, BuildResult
 from harness.collect import classify
 from harness.config import Matrix
-from harness.envs import Env, EnvManager, EnvSpec
-from harness.errors import BadInputError, HarnessError
-from harness.execute import CellRequest, Executor, RuntimeHandle
-from harness.files import write_json
-from harness.forkserver import ForkserverBackend
-from harness.host import HostFacts
-from harness.known_breaks import acknowledge
-from harness.manifest import packaged_manifest
-from harness.opcalls import fits
-from harness.opschemas import packaged_op_schemas, release_of
+from harness.core import commands, processes
+from harness.core.errors import BadInputError, HarnessError
+from harness.core.files import write_json
+from harness.core.status import Status
+from harness.execute.api import CellRequest, Executor, RuntimeHandle
+from harness.execute.forkserver import ForkserverBackend
+from harness.execute.venv import VenvBackend
 from harness.plan import Build, Cell, Plan, Runtime
-from harness.predict import ArtifactImports, Predicted, Prediction, findings, predict
-from harness.report import CellResult, RunResult, relative_logs, write_report
-from harness.run import VenvBackend
-from harness.sources import resolve_sources, uv_binary
-from harness.status import Status
-from harness.symbols import read_artifact
-from harness.testdeps import Conflict, Overlay, OverlayManager
+from harness.provision import interpreters
+from harness.provision.envs import Env, EnvManager, EnvSpec
+from harness.provision.host import HostFacts
+from harness.provision.sources import resolve_sources, uv_binary
+from harness.provision.testdeps import Conflict, Overlay, OverlayManager
+from harness.results.known_breaks import acknowledge
+from harness.results.model import CellResult, RunResult, relative_logs, write_report
+from harness.static.artifact import ArtifactFacts, RuntimeFacts, python_problem, unmet, wheel_tags
+from harness.static.manifest import packaged_manifest
+from harness.static.op_calls import fits
+from harness.static.op_registry import packaged_op_schemas, release_of
+from harness.static.predict import ArtifactImports, Predicted, Prediction, findings, predict
+from harness.static.symbols import read_artifact
 from harness.verdict import Promise, Verdict, judge, promise
 
 log = logging.getLogger(__name__)
@@ -81,8 +83,8 @@ def make_backend(
     """The backend cells run in; for docker, the engine is checked here, before any work."""
     if name == "venv":
         return ForkserverBackend(matrix.settings.preload) if executor == "forkserver" else VenvBackend()
-    from harness.container.backend import DockerBackend  # the docker SDK only when asked for
-    from harness.container.engine import connect
+    from harness.execute.container.backend import DockerBackend  # the docker SDK only when asked for
+    from harness.execute.container.engine import connect
 
     settings = matrix.docker if route is None else dataclasses.replace(matrix.docker, route=route)  # type: ignore[arg-type]
     return DockerBackend(connect(), settings, cache_dir, resolve_sources(matrix.sources), keep_containers)

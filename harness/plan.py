@@ -11,11 +11,11 @@ from typing import Any
 
 from packaging.version import Version
 
-from harness import interpreters
 from harness.config import BuildSpec, CudaPolicy, Device, Extension, Matrix, RuntimeSpec
-from harness.errors import ConfigError, SelectionError
-from harness.schema import did_you_mean
-from harness.versions import ApiLevel
+from harness.core.errors import ConfigError, SelectionError
+from harness.core.schema import did_you_mean
+from harness.core.versions import ApiLevel
+from harness.provision import interpreters
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 from harness.plan import Build, Cell, Plan, Shard
-from harness.report import RunResult
+from harness.results.model import RunResult
 
 # The cost model, in seconds on 2 cores (README, Performance): a cell is an interpreter, `import
 # torch`, the load and a suite; a build is a compile, once per shard that needs it.

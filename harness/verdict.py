@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 import enum
 
-from harness.artifact import ArtifactFacts, RuntimeFacts, unmet
 from harness.config import CudaPolicy
+from harness.core.status import Condition, Status
+from harness.core.versions import ApiLevel
 from harness.plan import Cell
-from harness.status import Condition, Status
-from harness.versions import ApiLevel
+from harness.static.artifact import ArtifactFacts, RuntimeFacts, unmet
 
 
 class Expected(enum.StrEnum):

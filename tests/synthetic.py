@@ -10,9 +10,9 @@ import itertools
 
 from harness.collect import CaseCounts, DocDifference
 from harness.config import KnownBreak
+from harness.core.status import Condition, Status
 from harness.plan import PlanIdentity
-from harness.report import CellResult, RunResult
-from harness.status import Condition, Status
+from harness.results.model import CellResult, RunResult
 from harness.verdict import Expected, Verdict
 
 RELEASES = ["2.9.1", "2.10.0", "2.11.0", "2.12.1", "2.13.0", "2.14.1", "2.15.0"]

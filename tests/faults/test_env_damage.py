@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import pytest
 from kit import harness, observed
 
-from harness import integrity
+from harness.provision import integrity
 
 if TYPE_CHECKING:
     from kit import Workspace

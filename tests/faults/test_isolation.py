@@ -14,7 +14,7 @@ import time
 
 from kit import observed, processes_mentioning
 
-from harness import integrity
+from harness.provision import integrity
 
 HOSTILE = """
 import errno

@@ -19,9 +19,9 @@ from packaging.version import Version
 
 from harness.build import IGNORED
 from harness.config import DEFAULT_PYTHON, Sources
-from harness.envs import EnvManager, EnvSpec, default_cache_dir
-from harness.sources import resolve_sources, uv_binary
-from harness.versions import ApiLevel
+from harness.core.versions import ApiLevel
+from harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
+from harness.provision.sources import resolve_sources, uv_binary
 
 HERE = Path(__file__).parent
 

@@ -7,8 +7,8 @@ from pathlib import Path
 from packaging.version import Version
 
 from harness.config import Sources
-from harness.envs import Env, EnvManager, EnvSpec
-from harness.sources import resolve_sources
+from harness.provision.envs import Env, EnvManager, EnvSpec
+from harness.provision.sources import resolve_sources
 
 
 def test_concurrent_requests_make_one_env(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 from kit import harness
 
-from harness.mutate_catalogue import load_catalogue
+from harness.mutate.catalogue import load_catalogue
 
 MATRIX = Path(__file__).parents[2] / "matrix.yaml"
 CELL = "stable_basic@b2.15.0-t2.14~r2.15.0-cpu"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from kit import cells_by_id, harness, latest_results, make_extension
 
-from harness.envs import default_cache_dir
+from harness.provision.envs import default_cache_dir
 
 CPP = """\
 #include <torch/csrc/stable/library.h>

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import jsonschema
 
-from harness.schema import load_schema
+from harness.core.schema import load_schema
 
 
 def runtimes(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:

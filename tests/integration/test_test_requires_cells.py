@@ -12,9 +12,9 @@ from packaging.version import Version
 
 from harness.build import IGNORED
 from harness.config import DEFAULT_PYTHON, Sources
-from harness.envs import EnvManager, EnvSpec, default_cache_dir
-from harness.report import md_text
-from harness.sources import resolve_sources
+from harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
+from harness.provision.sources import resolve_sources
+from harness.results.model import md_text
 
 RUNTIMES = ("2.10.0", "2.13.0", "2.15.0")
 TESTS = {"passed": 9, "failed": 0, "skipped": 0, "errors": 0}  # 4 + 2 + 2 device-type + 1 hypothesis
@@ -122,5 +122,5 @@ def test_the_overlay_is_mounted_read_only_in_containers(tutorial: Path, docker_h
     (cell,) = cells_by_id(latest_results(tutorial / "d")).values()
     assert (cell["status"], cell["tests"]["passed"]) == ("PASS", TESTS["passed"] + 2), cell
     command = (tutorial / "d" / "latest" / "cells" / cell["id"] / "command.txt").read_text()
-    assert "target=/opt/harness/testdeps/0,readonly" in command
-    assert "HARNESS_SITE_DIRS=/opt/harness/testdeps/0" in command
+    assert "target=/opt/harness/provision/testdeps/0,readonly" in command
+    assert "HARNESS_SITE_DIRS=/opt/harness/provision/testdeps/0" in command

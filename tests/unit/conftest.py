@@ -7,8 +7,8 @@ A guard makes such a call fail loudly instead of silently taking minutes.
 import pytest
 
 from harness.build import Builder
-from harness.envs import EnvManager
-from harness.testdeps import OverlayManager
+from harness.provision.envs import EnvManager
+from harness.provision.testdeps import OverlayManager
 
 
 def _forbidden(*args: object, **kwargs: object) -> None:

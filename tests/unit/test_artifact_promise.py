@@ -11,19 +11,19 @@ import jsonschema
 import pytest
 from packaging.utils import parse_wheel_filename
 
-from harness.artifact import ArtifactFacts, RuntimeFacts, cuda_major, python_problem, unmet, wheel_tags
 from harness.cli import main
 from harness.config import CudaPolicy, load_matrix
-from harness.manifest import Manifest
+from harness.core.schema import load_schema
+from harness.core.status import Condition, Status
 from harness.plan import Cell, PlanIdentity, make_plan
-from harness.predict import ArtifactImports, Predicted, findings, predict
-from harness.report import CellResult, RunResult, expected_failure_classes, summary_markdown
-from harness.schema import load_schema
-from harness.status import Condition, Status
-from harness.symbols import SharedObject
+from harness.results.model import CellResult, RunResult, expected_failure_classes, summary_markdown
+from harness.static.artifact import ArtifactFacts, RuntimeFacts, cuda_major, python_problem, unmet, wheel_tags
+from harness.static.manifest import Manifest
+from harness.static.predict import ArtifactImports, Predicted, findings, predict
+from harness.static.symbols import SharedObject
 from harness.verdict import Expected, Verdict, promise
 
-# DT_NEEDED as read from the wheels the default matrix builds (harness.symbols.read_artifact).
+# DT_NEEDED as read from the wheels the default matrix builds (harness.static.symbols.read_artifact).
 CUDA_OPS = ("libc10.so", "libtorch_cpu.so", "libcudart.so.13", "libtorch_cuda.so", "libstdc++.so.6", "libc.so.6")
 STABLE_BASIC = ("libc10.so", "libtorch_cpu.so", "libstdc++.so.6", "libgcc_s.so.1", "libc.so.6")
 # A CUDA 12 extension that also uses cuFFT, whose soname (libcufft.so.11 in CUDA 12) is not the CUDA major.

@@ -7,7 +7,7 @@ import pytest
 
 from harness.candidate import candidate_extensions, with_candidate
 from harness.config import load_matrix
-from harness.errors import ConfigError
+from harness.core.errors import ConfigError
 from harness.plan import make_plan
 from harness.verdict import Expected, promise
 

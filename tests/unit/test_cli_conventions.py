@@ -15,8 +15,8 @@ from test_config import write_matrix
 from test_report import BROKEN, ERROR, KEPT, run_of
 
 from harness.cli import ConsoleObserver, annotate, invoked_as, main, parser, workflow_command
-from harness.errors import ConfigError
-from harness.schema import load_schema
+from harness.core.errors import ConfigError
+from harness.core.schema import load_schema
 
 REPO = Path(__file__).resolve().parents[2]
 CELL = "stable_basic@b2.9.1~r2.9.1-cpu"

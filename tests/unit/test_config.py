@@ -4,8 +4,8 @@ from pathlib import Path
 import pytest
 
 from harness.config import CudaPolicy, load_matrix
-from harness.errors import ConfigError
-from harness.versions import ApiLevel
+from harness.core.errors import ConfigError
+from harness.core.versions import ApiLevel
 
 
 def write_matrix(tmp_path: Path, body: str, with_extension: bool = True) -> Path:

@@ -8,8 +8,8 @@ import jsonschema
 from test_report import BROKEN, EXPECTED_FAIL, KEPT, run_of
 
 from harness.collect import DocDifference, doc_differences
-from harness.report import load_results, summary_markdown, write_report
-from harness.schema import load_schema
+from harness.core.schema import load_schema
+from harness.results.model import load_results, summary_markdown, write_report
 
 ENUM = "a ScalarType return reaches Python as its int code, not a torch.dtype"
 

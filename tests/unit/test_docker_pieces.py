@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from harness.config import DockerSettings, load_matrix, with_overrides
-from harness.container.backend import _exit_code, container_settings, docker_run_line
-from harness.container.engine import EngineError, connect
-from harness.errors import ConfigError
+from harness.core.errors import ConfigError
+from harness.execute.container.backend import _exit_code, container_settings, docker_run_line
+from harness.execute.container.engine import EngineError, connect
 from harness.plan import make_plan
 
 MATRIX = """\

@@ -9,10 +9,10 @@ import pytest
 from fakesite import LIBTORCH, fake_site, write_distribution
 from packaging.version import Version
 
-from harness import integrity
-from harness.envs import ENV_FORMAT, MARKER, RUNNER_REQUIREMENTS, Env, EnvManager, EnvSpec, detect_variant
-from harness.errors import InfrastructureError
-from harness.sources import ResolvedSources
+from harness.core.errors import InfrastructureError
+from harness.provision import integrity
+from harness.provision.envs import ENV_FORMAT, MARKER, RUNNER_REQUIREMENTS, Env, EnvManager, EnvSpec, detect_variant
+from harness.provision.sources import ResolvedSources
 
 SPEC = EnvSpec(Version("2.13.0"), "auto", "3.11")
 

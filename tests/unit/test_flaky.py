@@ -9,11 +9,11 @@ import jsonschema
 import pytest
 from test_report import BROKEN, KEPT, result, run_of
 
-from harness.errors import ExitCode
-from harness.report import CellResult, load_results, write_report
-from harness.rundiff import compare
-from harness.schema import load_schema
-from harness.status import Status
+from harness.core.errors import ExitCode
+from harness.core.schema import load_schema
+from harness.core.status import Status
+from harness.results.diff import compare
+from harness.results.model import CellResult, load_results, write_report
 from harness.verdict import Verdict
 
 PASSED_AGAIN = dataclasses.replace(BROKEN, status=Status.PASS, verdict=Verdict.KEPT, reason="", logs={"stdout": "a2"})

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from test_report import BROKEN, ERROR, KEPT, run_of
 
-from harness.abidiff import AbiDiff, SignatureChange
 from harness.cli import main
-from harness.errors import ExitCode
-from harness.gate import Decision, decide, previous_release
-from harness.rundiff import compare
+from harness.core.errors import ExitCode
+from harness.results.diff import compare
+from harness.results.gate import Decision, decide, previous_release
+from harness.static.abi_diff import AbiDiff, SignatureChange
 from harness.verdict import Verdict
 
 CLEAN = AbiDiff("2.14.1", "2.15.0", (), ("torch_new",), (), ("torch_new",), (), ())

@@ -11,10 +11,18 @@ from rich.cells import cell_len
 
 from harness.cli import print_grid
 from harness.collect import CaseCounts
-from harness.grid import CORNER, NOT_RUN, NOT_RUN_MEANING, Grid
+from harness.core.status import Condition, Status
 from harness.plan import PlanIdentity
-from harness.report import CellResult, RunResult, grid_mark, load_results, natural_key, summary_markdown, write_report
-from harness.status import Condition, Status
+from harness.render.grid import CORNER, NOT_RUN, NOT_RUN_MEANING, Grid
+from harness.results.model import (
+    CellResult,
+    RunResult,
+    grid_mark,
+    load_results,
+    natural_key,
+    summary_markdown,
+    write_report,
+)
 from harness.verdict import Expected, Verdict
 
 DEFAULT_PYTHON = "3.11"  # the matrix's: runtimes on it have no -py suffix

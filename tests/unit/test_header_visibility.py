@@ -14,12 +14,18 @@ from pathlib import Path
 
 import pytest
 
-from harness.audit import confirm, visible_but_not_exported
-from harness.errors import BadInputError
-from harness.header_probe import probe_headers
-from harness.manifest import parse_header
-from harness.versions import ApiLevel
-from harness.visibility import include_of_dir, include_of_wheel, public_headers, scan_include, surviving_declarations
+from harness.core.errors import BadInputError
+from harness.core.versions import ApiLevel
+from harness.static.audit import confirm, visible_but_not_exported
+from harness.static.header_probe import probe_headers
+from harness.static.manifest import parse_header
+from harness.static.visibility import (
+    include_of_dir,
+    include_of_wheel,
+    public_headers,
+    scan_include,
+    surviving_declarations,
+)
 
 L9, L10, L11, L12 = (ApiLevel(2, m) for m in (9, 10, 11, 12))
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from synthetic import synthetic_run
 
-from harness.html_report import TAIL_BYTES, render, tail, write_html
-from harness.report import VERDICT_SYMBOL, write_report
-from harness.rundiff import compare
+from harness.render.html import TAIL_BYTES, render, tail, write_html
+from harness.results.diff import compare
+from harness.results.model import VERDICT_SYMBOL, write_report
 from harness.verdict import Verdict
 
 

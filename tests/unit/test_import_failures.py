@@ -5,7 +5,7 @@ from pathlib import Path
 from test_collect import JUNIT, LOADED, cell
 
 from harness.collect import classify
-from harness.status import Status
+from harness.core.status import Status
 
 COLLECT_ERROR = """<?xml version="1.0" encoding="utf-8"?>
 <testsuites><testsuite name="pytest" errors="1" failures="0" skipped="0" tests="1" time="0.5">

@@ -1,4 +1,4 @@
-"""Env damage is found and named: each kind of damage on a small real site-packages (harness.integrity)."""
+"""Env damage is found and named: each kind of damage on a small real site-packages (harness.provision.integrity)."""
 
 import os
 import time
@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from fakesite import LIBTORCH, TORCH_FILES, fake_site
 
-from harness import integrity
-from harness.integrity import Damage, Fingerprint
+from harness.provision import integrity
+from harness.provision.integrity import Damage, Fingerprint
 
 
 @pytest.fixture

@@ -12,12 +12,12 @@ import pytest
 from test_report import BROKEN, KEPT, run_of
 
 from harness.config import KnownBreak, load_matrix
-from harness.errors import ConfigError, ExitCode
-from harness.known_breaks import State, acknowledge, outcomes
-from harness.report import RunResult, load_results, write_report
-from harness.rundiff import compare
-from harness.schema import load_schema
-from harness.status import Status
+from harness.core.errors import ConfigError, ExitCode
+from harness.core.schema import load_schema
+from harness.core.status import Status
+from harness.results.diff import compare
+from harness.results.known_breaks import State, acknowledge, outcomes
+from harness.results.model import RunResult, load_results, write_report
 from harness.verdict import Verdict
 
 TODAY = datetime.date(2026, 11, 25)

@@ -12,13 +12,13 @@ import pytest
 from harness.cli import main
 from harness.collect import CaseCounts
 from harness.config import load_matrix
-from harness.errors import BadInputError
-from harness.merge import merge_reports
+from harness.core.errors import BadInputError
+from harness.core.schema import load_schema
+from harness.core.status import Status
 from harness.plan import Cell, Plan, Shard, make_plan
-from harness.report import CellResult, RunResult, write_report
-from harness.schema import load_schema
+from harness.results.merge import merge_reports
+from harness.results.model import CellResult, RunResult, write_report
 from harness.shard import shard_plan
-from harness.status import Status
 from harness.verdict import promise
 
 SELECTORS = ("stable_basic@b2.13.0-t2.10", "classic_ops")  # 22 cells of 2 builds (11 runtimes)

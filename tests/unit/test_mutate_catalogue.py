@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from harness.errors import ConfigError
-from harness.manifest import packaged_manifest
-from harness.mutate_catalogue import CONVENTIONS, KERNEL_BODY, load_catalogue, parse_catalogue
-from harness.mutate_interposer import c_function, functions_on, interposer_source, split_params
+from harness.core.errors import ConfigError
+from harness.mutate.catalogue import CONVENTIONS, KERNEL_BODY, load_catalogue, parse_catalogue
+from harness.mutate.interposer import c_function, functions_on, interposer_source, split_params
+from harness.static.manifest import packaged_manifest
 
 HERE = Path("catalogue.yaml")
 
@@ -167,11 +167,3 @@ def test_the_cli_refuses_a_mutant_pattern_that_matches_nothing_before_any_work(
 
     assert main(["mutate", "--mutant", "meta.dimm*"]) == 2
     assert "'meta.dimm*' matches no mutant" in capsys.readouterr().err
-
-
-def test_the_catalogue_and_the_support_code_ship_as_package_data() -> None:
-    import tomllib
-
-    config = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["tool"]["setuptools"]
-    assert "harness.mutants" in config["packages"]
-    assert set(config["package-data"]["harness.mutants"]) == {"*.yaml", "*.h"}

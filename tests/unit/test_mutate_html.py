@@ -7,9 +7,9 @@ from pathlib import Path
 
 from test_mutate_report import BOOL, DIM, MIXED, SENTINEL, cell, run_of
 
-from harness.mutate_html import render
-from harness.mutate_report import MutationReport, write_mutation_report
-from harness.mutate_run import Verdict
+from harness.mutate.html import render
+from harness.mutate.report import MutationReport, write_mutation_report
+from harness.mutate.run import Verdict
 
 
 def rows(page: str) -> list[str]:

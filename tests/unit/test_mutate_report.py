@@ -4,9 +4,9 @@ that make a run an error (a failing baseline, a sentinel not killed, a cell in e
 import json
 from pathlib import Path
 
-from harness.mutate_catalogue import Catalogue, Mutant
-from harness.mutate_report import MutationReport, Score, write_mutation_report
-from harness.mutate_run import MutantCell, MutationRun, Verdict
+from harness.mutate.catalogue import Catalogue, Mutant
+from harness.mutate.report import MutationReport, Score, write_mutation_report
+from harness.mutate.run import MutantCell, MutationRun, Verdict
 
 SENTINEL = Mutant("sentinel.abort", ("aoti_torch_delete_tensor_object",), "sentinel", "aborts", "", sentinel=True)
 DIM = Mutant("meta.dim", ("aoti_torch_get_dim",), "tensor-metadata", "dim one larger", "")

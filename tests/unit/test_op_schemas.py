@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.errors import BadInputError
-from harness.opcalls import Fit, OpCall, Via, calls_of, fit, shim_op
-from harness.opschema import Argument, Change, compare, overall, parse
-from harness.opschemas import OpSchemas, diff_releases, op_key, packaged_op_schemas
-from harness.predict import ArtifactImports, Predicted, Prediction, findings
-from harness.symbols import read_artifact
+from harness.core.errors import BadInputError
+from harness.static.op_calls import Fit, OpCall, Via, calls_of, fit, shim_op
+from harness.static.op_registry import OpSchemas, diff_releases, op_key, packaged_op_schemas
+from harness.static.op_schema import Argument, Change, compare, overall, parse
+from harness.static.predict import ArtifactImports, Predicted, Prediction, findings
+from harness.static.symbols import read_artifact
 
 SCHEMAS = packaged_op_schemas()
 
@@ -258,7 +258,7 @@ def test_a_call_fits_fails_or_is_at_risk_per_release(caller: Path) -> None:
 
 def prediction_with(*ops: Fit) -> Prediction:
     call = OpCall("aten::cholesky", "", Via.NAME, "aten::cholesky")
-    from harness.opcalls import OpFit
+    from harness.static.op_calls import OpFit
 
     return Prediction("2.14.1", Predicted.LOADS, (), 0, (), tuple(OpFit(call, f, "no op") for f in ops))
 

@@ -7,7 +7,7 @@ import tomllib
 import zipfile
 from pathlib import Path
 
-from harness.sources import uv_binary
+from harness.provision.sources import uv_binary
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -38,6 +38,13 @@ def test_the_wheel_carries_its_license_and_classifiers(tmp_path: Path) -> None:
         "harness/schemas/results.schema.json",
         "harness/data/stable_manifest.json",
         "harness/data/op_schemas.json",
+        "harness/data/stable_visibility.json",
         "harness/py.typed",
+        # every wing's data: the shim-mutant catalogue, the page templates, the code that runs inside a cell
+        "harness/mutate/mutants/catalogue.yaml",
+        "harness/mutate/mutants/support.h",
+        "harness/render/templates/report.html.j2",
+        "harness/execute/cellprobe/harness_cellprobe.py",
+        "harness/execute/cellprobe/harness_forkserver.py",
     ):
         assert data in names, data

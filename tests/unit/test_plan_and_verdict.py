@@ -3,9 +3,9 @@ from pathlib import Path
 import pytest
 
 from harness.config import load_matrix
-from harness.errors import SelectionError
+from harness.core.errors import SelectionError
+from harness.core.status import Status
 from harness.plan import make_plan
-from harness.status import Status
 from harness.verdict import Expected, Verdict, judge, promise
 
 

@@ -12,13 +12,13 @@ from packaging.version import Version
 
 from harness.build import Builder
 from harness.config import load_matrix
-from harness.envs import Env, EnvSpec
-from harness.errors import BadInputError, ConfigError
-from harness.manifest import packaged_manifest
+from harness.core.errors import BadInputError, ConfigError
+from harness.core.versions import ApiLevel
 from harness.plan import make_plan
-from harness.prebuilt import claim_findings, find_wheel, tag_problem, wheel_problems
-from harness.predict import ArtifactImports
-from harness.versions import ApiLevel
+from harness.provision.envs import Env, EnvSpec
+from harness.static.manifest import packaged_manifest
+from harness.static.prebuilt import claim_findings, find_wheel, tag_problem, wheel_problems
+from harness.static.predict import ArtifactImports
 
 ABI3 = "my_ops-1.0-cp39-abi3-linux_x86_64.whl"
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import interpreters
 from harness.config import load_matrix
-from harness.envs import EnvSpec
-from harness.errors import BadInputError, ConfigError
+from harness.core.errors import BadInputError, ConfigError
 from harness.plan import make_plan
+from harness.provision import interpreters
+from harness.provision.envs import EnvSpec
 
 # The documented grammar of ids (README, "Cell ids").
 RELEASE = r"[0-9]+\.[0-9]+\.[0-9]+(?:\.?(?:a|b|rc|dev)[0-9]+)*"

@@ -8,11 +8,11 @@ import pytest
 
 from harness.collect import CaseCounts
 from harness.config import load_matrix
-from harness.errors import ExitCode
+from harness.core.errors import ExitCode
+from harness.core.schema import load_schema
+from harness.core.status import Status
 from harness.plan import PlanIdentity, make_plan
-from harness.report import CellResult, RunResult, load_results, write_report
-from harness.schema import load_schema
-from harness.status import Status
+from harness.results.model import CellResult, RunResult, load_results, write_report
 from harness.verdict import Expected, Verdict
 
 

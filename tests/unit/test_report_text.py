@@ -9,11 +9,11 @@ from pathlib import Path
 import jsonschema
 from test_report import BROKEN, ERROR, KEPT, result, run_of
 
-from harness.host import HostFacts
-from harness.report import load_results, md_text, write_report
-from harness.rundiff import compare
-from harness.schema import load_schema
-from harness.status import Status
+from harness.core.schema import load_schema
+from harness.core.status import Status
+from harness.provision.host import HostFacts
+from harness.results.diff import compare
+from harness.results.model import load_results, md_text, write_report
 from harness.verdict import Verdict
 
 ANSI_ERROR = (

@@ -9,8 +9,8 @@ from test_merge import write_run
 
 from harness.cli import main
 from harness.config import load_matrix
+from harness.core.status import Status
 from harness.plan import make_plan
-from harness.status import Status
 from harness.verdict import Verdict
 
 BROKEN_ID = "stable_basic@b2.13.0-t2.10~r2.11.0-cpu"

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from kit import processes_mentioning
 
-from harness import sandbox
-from harness.run import run_process
+from harness.execute import sandbox
+from harness.execute.venv import run_process
 
 
 def alive(pid: int) -> bool:
@@ -115,7 +115,7 @@ def test_in_the_sandbox_only_the_cells_own_directory_is_writable(tmp_path: Path)
 
 def test_E3_a_cells_output_is_capped_and_it_still_finishes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """E3: 500 MB of stdout made a 524 MB stdout.log; now the log keeps the cap and says what it dropped."""
-    monkeypatch.setattr("harness.execute.LOG_LIMIT", 1 << 20)
+    monkeypatch.setattr("harness.execute.api.LOG_LIMIT", 1 << 20)
     script = "import sys\nfor _ in range(8):\n    sys.stdout.write('x' * (1 << 20))\nprint('done', file=sys.stderr)"
     execution = run_process([sys.executable, "-c", script], dict(os.environ), tmp_path, 60, BOX)
     assert execution.returncode == 0

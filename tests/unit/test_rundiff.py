@@ -7,10 +7,10 @@ from test_report import result, run_of
 
 from harness.cli import main
 from harness.collect import CaseCounts
-from harness.errors import BadInputError
-from harness.report import write_report
-from harness.rundiff import compare, load_run
-from harness.status import Status
+from harness.core.errors import BadInputError
+from harness.core.status import Status
+from harness.results.diff import compare, load_run
+from harness.results.model import write_report
 from harness.verdict import Expected, Verdict
 
 KEPT = result("b2.13.0", "r2.13.0-cpu", Status.PASS, Verdict.KEPT)

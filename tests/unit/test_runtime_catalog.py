@@ -13,7 +13,9 @@ import pytest
 import yaml
 from packaging.specifiers import SpecifierSet
 
-from harness.catalog import (
+from harness.cli import main
+from harness.core.schema import load_schema
+from harness.provision.catalog import (
     JSON_SIMPLE,
     Catalog,
     Filters,
@@ -25,8 +27,6 @@ from harness.catalog import (
     discover,
     wheels_of,
 )
-from harness.cli import main
-from harness.schema import load_schema
 
 HOST = frozenset({"manylinux_2_28_x86_64", "linux_x86_64", "any"})  # the platform the tests pretend to be on
 LINUX = "manylinux_2_28_x86_64"

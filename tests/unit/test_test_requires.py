@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.commands import uv_explanation
 from harness.config import load_extension
-from harness.errors import ConfigError
-from harness.testdeps import overlay_key
+from harness.core.commands import uv_explanation
+from harness.core.errors import ConfigError
+from harness.provision.testdeps import overlay_key
 
 
 def extension(tmp_path: Path, test_requires: str, files: dict[str, str] | None = None) -> Path:

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import toolchain
 from harness.build import IGNORED
-from harness.toolchain import Needs
+from harness.provision import toolchain
+from harness.provision.toolchain import Needs
 
 REPO = Path(__file__).resolve().parents[2]
 

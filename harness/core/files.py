@@ -1,0 +1,63 @@
+"""Files the harness writes: whole or not at all.
+
+A result is written to a temporary file beside its target, flushed to disk and renamed over
+it, so a crash, a full disk or an interrupt leaves the previous file or none, never a
+truncated one; the rename also replaces a symlink a cell may have planted instead of
+following it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from harness.core.errors import BadInputError
+
+
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Write data to path atomically (temp file, fsync, rename); the parent directory must exist."""
+    raw = data.encode() if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(raw)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def write_json(path: Path, data: Any) -> None:
+    """JSON as the harness writes it everywhere: indented, a final newline, atomically."""
+    write_atomic(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def writable_dir(path: Path, what: str) -> None:
+    """Make sure path is a directory this process can write, or can be made in one, before any work
+    starts; BadInputError naming the path, the problem and the fix otherwise. Nothing is created:
+    a run refused later for another reason leaves no trace. Writing is tried for real (mode bits do
+    not stop root; a read-only mount or an immutable directory does)."""
+    if path.exists() and not path.is_dir():
+        raise BadInputError(f"{what} {path}: exists and is not a directory; name a directory (it is made if missing)")
+    existing = path.absolute()
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise BadInputError(f"{what} {path}: {existing} is not a directory, so it cannot be made; name another")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".harness-write-check-", dir=existing)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        where = "" if existing == path.absolute() else f" (it would be made in {existing})"
+        raise BadInputError(
+            f"{what} {path}: cannot be written{where}: {exc.strerror or exc}; name a directory you can write"
+        ) from exc

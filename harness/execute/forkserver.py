@@ -1,0 +1,316 @@
+"""The venv backend's forkserver executor: one long-lived process per runtime env that imported
+torch, pytest and the cell probe once, forking one child per cell.
+
+Each forked cell gets what a fresh cell gets: its own session and process group, its own stdout
+and stderr (pipes pumped into the same capped logs), its own working directory, the build's site
+dir first on `sys.path`, the cell environment applied before anything of the extension is
+imported, and the same sandbox (mount and PID namespaces made by the child itself, protected
+paths read-only, capabilities dropped). The server never imports an extension. What it cannot
+give, it does not pretend to: a `device: cuda` runtime keeps fresh processes (CUDA must not be
+initialised before a fork), and a runtime whose server does not start runs its cells fresh, said
+once in the log. A server that dies under a running cell makes that cell ERROR.
+
+The server itself runs in the sandbox with the harness cache, uv's cache, the probe and the run's
+reports read-only and nothing writable, keeping the capabilities it needs to sandbox each child.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import select
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO
+
+from harness.core import processes
+from harness.core.files import write_atomic
+from harness.core.status import Status
+from harness.execute.api import CappedLog, CellDecided, CellExecution, CellRequest, CellView, Launched
+from harness.execute.venv import PROBE_DIR, LogPump, VenvBackend, host_environ, interpreter_environ
+from harness.plan import Cell, Runtime
+
+log = logging.getLogger(__name__)
+
+READY_TIMEOUT = 300.0  # seconds for a server to import torch and pytest
+SERVER = "import harness_forkserver; harness_forkserver.main()"
+
+
+class ServerGone(Exception):
+    """The runtime's forkserver is not there (it died, or never started)."""
+
+
+class ForkedCell:
+    """A cell forked by a server: its pid arrives first on the reply socket, its exit status last."""
+
+    kind = "forkserver"
+
+    def __init__(self, reply: socket.socket, pumps: list[LogPump], server: Server) -> None:
+        self.reply = reply
+        self.pumps = pumps
+        self.server = server
+        self.pid: int | None = None
+        self.code: int | None = None
+        self.ended = False  # the reply socket closed: the server sent all it will
+        self._pending = b""
+
+    def _read(self, timeout: float | None) -> bool:
+        """Read what the server said within timeout; False if nothing came."""
+        ready, _, _ = select.select([self.reply], [], [], timeout)
+        if not ready:
+            return False
+        data = self.reply.recv(4096)
+        if not data:
+            self.ended = True
+            return True
+        self._pending += data
+        *lines, self._pending = self._pending.split(b"\n")
+        for line in lines:
+            message = json.loads(line)
+            if "pid" in message:
+                self.pid = int(message["pid"])
+            if "status" in message:
+                self.code = int(message["status"])
+        return True
+
+    def wait(self, timeout: float | None) -> int | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.code is None:
+            if self.ended:
+                raise CellDecided(Status.ERROR, f"the forkserver of {self.server.label} ended while this cell ran")
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not self._read(remaining) and deadline is not None:
+                return None
+        return self.server.box_returncode(self.code)
+
+    def kill(self, grace: float) -> None:
+        while self.pid is None and not self.ended and self.code is None:
+            if not self._read(2.0):
+                break
+        if self.pid is not None:
+            processes.terminate_groups([self.pid], grace)
+
+    def close(self, stdout: CappedLog, stderr: CappedLog) -> None:
+        if self.pid is not None:
+            processes.kill_group(self.pid, signal.SIGKILL)  # what a test left in the cell's group
+        self.reply.close()
+        for pump in self.pumps:
+            pump.finish()
+
+
+class Server:
+    """One runtime's forkserver: started in the sandbox, asked for cells over a SOCK_SEQPACKET socket."""
+
+    def __init__(
+        self,
+        label: str,
+        proc: subprocess.Popen[bytes],
+        control: socket.socket,
+        backend: ForkserverBackend,
+        output: IO[bytes],
+        log_path: Path,
+    ):
+        self.label = label
+        self.proc = proc
+        self.control = control
+        self.backend = backend
+        self.output = output  # what the server itself printed (nothing, unless it failed)
+        self.log_path = log_path
+        self._lock = threading.Lock()
+
+    @classmethod
+    def start(cls, request: CellRequest, backend: ForkserverBackend, log_path: Path) -> Server:
+        handle = request.runtime
+        label = f"torch {handle.torch_version}"
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        # the run's directory names the server (and the cells it forks, which share its command line)
+        argv = [handle.python, "-c", SERVER, str(theirs.fileno()), str(request.out_dir.parents[1]), *backend.preload]
+        environ = {**host_environ(Path("/")), **interpreter_environ(request.threads, [PROBE_DIR])}
+        log.info("%s: starting its forkserver", label)
+        output = tempfile.TemporaryFile()  # kept in the report only if the server says anything
+        try:
+            proc = processes.REGISTRY.popen(
+                backend.sandbox.wrap(argv, backend.shared_protected(request), [], keep_capabilities=True),
+                cwd="/",
+                env=environ,
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=output,
+            )
+        except BaseException as exc:  # the run is stopping (Interrupted), or the server could not be started
+            ours.close()
+            output.close()
+            if isinstance(exc, OSError):
+                raise ServerGone(f"the forkserver of {label} did not start: {exc}") from exc
+            raise
+        finally:
+            theirs.close()
+        ready, _, _ = select.select([ours], [], [], READY_TIMEOUT)
+        message = ours.recv(4096) if ready else b""
+        if not message:
+            processes.kill_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+            processes.REGISTRY.release(proc)
+            ours.close()
+            tail = _read(output).decode(errors="replace").strip().splitlines()[-3:]
+            output.close()
+            raise ServerGone(f"the forkserver of {label} did not start: {' / '.join(tail) or 'no output'}")
+        return cls(label, proc, ours, backend, output, log_path)
+
+    def box_returncode(self, code: int) -> int:
+        return self.backend.sandbox.returncode(code)
+
+    def spawn(self, request: CellRequest, view: CellView, stdout: CappedLog, stderr: CappedLog) -> ForkedCell:
+        """Ask for one cell; ServerGone if the server cannot take it."""
+        backend = self.backend
+        message = {
+            "args": list(view.argv[3:]),  # argv is PYTHON -m pytest ARGS...
+            "environ": dict(view.environ),
+            "cwd": str(request.out_dir),
+            "pythonpath": view.environ["PYTHONPATH"].split(os.pathsep),
+            "mounts": (
+                backend.sandbox.mounts(backend.protected(request), [request.out_dir])
+                if backend.sandbox.isolated
+                else None
+            ),
+        }
+        reply, reply_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
+            with self._lock:
+                socket.send_fds(self.control, [json.dumps(message).encode()], [reply_theirs.fileno(), out_w, err_w])
+        except OSError as exc:
+            reply.close()
+            for fd in (out_r, err_r):
+                os.close(fd)
+            raise ServerGone(f"the forkserver of {self.label} is gone: {exc}") from exc
+        finally:
+            reply_theirs.close()
+            os.close(out_w)
+            os.close(err_w)
+        pumps = [LogPump(os.fdopen(out_r, "rb"), stdout), LogPump(os.fdopen(err_r, "rb"), stderr)]
+        return ForkedCell(reply, pumps, self)
+
+    def stop(self) -> None:
+        """End of file on its socket ends it and whatever cells it still has; then its whole sandbox goes."""
+        self.control.close()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        processes.REGISTRY.release(self.proc)
+        said = _read(self.output)
+        self.output.close()
+        if said:
+            log.warning(
+                "the forkserver of %s said (kept in %s): %s",
+                self.label,
+                self.log_path,
+                said[-500:].decode(errors="replace"),
+            )
+            try:
+                self.log_path.parent.mkdir(exist_ok=True)
+                write_atomic(self.log_path, said.decode(errors="replace"))
+            except OSError as exc:
+                log.warning("%s: not written: %s", self.log_path, exc)
+
+
+def _read(output: IO[bytes], limit: int = 1 << 20) -> bytes:
+    output.seek(0)
+    return output.read(limit)
+
+
+class ForkserverBackend(VenvBackend):
+    """The venv backend, its cells forked from a per-runtime server instead of started fresh."""
+
+    executor = "forkserver"
+
+    def __init__(self, preload: Sequence[str] = ()) -> None:
+        super().__init__()
+        self.preload = tuple(preload)  # modules each server imports after torch and pytest
+        self._servers: dict[Runtime, Server | None] = {}
+        self._starting: dict[Runtime, threading.Lock] = {}
+        self._remaining: dict[Runtime, int] = {}
+        self._guard = threading.Lock()
+
+    def begin_run(self, cells: Sequence[Cell] = ()) -> None:
+        super().begin_run(cells)
+        with self._guard:
+            self._remaining = {}
+            for cell in cells:
+                self._remaining[cell.runtime] = self._remaining.get(cell.runtime, 0) + 1
+
+    def shared_protected(self, request: CellRequest) -> list[Path]:
+        """What every cell of the run protects, whatever its extension: the server's own read-only binds."""
+        extension = request.cell.build.extension
+        return [p for p in self.protected(request) if p not in (extension.root, extension.tests)]
+
+    def _server(self, request: CellRequest) -> Server | None:
+        runtime = request.cell.runtime
+        with self._guard:
+            starting = self._starting.setdefault(runtime, threading.Lock())
+        with starting:
+            if runtime not in self._servers:
+                log_path = request.out_dir.parents[1] / "forkservers" / f"{runtime.id}.log"
+                try:
+                    self._servers[runtime] = Server.start(request, self, log_path)
+                except ServerGone as exc:
+                    log.warning("%s; its cells run in fresh processes", exc)
+                    self._servers[runtime] = None
+            return self._servers[runtime]
+
+    def view(self, request: CellRequest) -> CellView:
+        view = super().view(request)
+        if self._forks(request.cell):
+            torch = request.runtime.torch_version
+            preloaded = "".join(f", {m}" for m in self.preload)
+            note = f"# forked by the forkserver of torch {torch} (imported once: torch, pytest{preloaded})"
+            view = dataclasses.replace(view, command=view.command + "\n" + note)
+        return view
+
+    def _forks(self, cell: Cell) -> bool:
+        return cell.runtime.device != "cuda"  # CUDA must not be initialised in a process that forks
+
+    def start(self, request: CellRequest, view: CellView, stdout: CappedLog, stderr: CappedLog) -> Launched:
+        if self._forks(request.cell):
+            server = self._server(request)
+            if server is not None:
+                try:
+                    return server.spawn(request, view, stdout, stderr)
+                except ServerGone as exc:
+                    log.warning("%s; %s runs in a fresh process", exc, request.cell.id)
+                    with self._guard:
+                        self._servers[request.cell.runtime] = None
+        return super().start(request, view, stdout, stderr)
+
+    def execute(self, request: CellRequest) -> CellExecution:
+        try:
+            return super().execute(request)
+        finally:
+            with self._guard:
+                left = self._remaining.get(request.cell.runtime, 1) - 1
+                self._remaining[request.cell.runtime] = left
+                server = self._servers.pop(request.cell.runtime, None) if left <= 0 else None
+            if server is not None:
+                server.stop()  # its runtime's last cell is done
+
+    def stop_all(self) -> None:
+        super().stop_all()
+        self.end_run()
+
+    def end_run(self) -> None:
+        with self._guard:
+            servers = [s for s in self._servers.values() if s is not None]
+            self._servers = {}
+        for server in servers:
+            server.stop()

@@ -1,0 +1,350 @@
+"""uv virtualenvs, one per (torch release, variant, python): made once, verified on reuse, locked while made.
+
+Verified means every installed file is still what its distribution's RECORD says (harness.provision.integrity):
+a damaged env is named and rebuilt, never handed to a cell whose failure it would then explain.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import dataclasses
+import datetime
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+import platformdirs
+from packaging.version import Version
+
+from harness.core import commands
+from harness.core.errors import CommandError, InfrastructureError, ResolutionError
+from harness.provision import integrity, interpreters
+from harness.provision.sources import ResolvedSources, uv_binary
+
+log = logging.getLogger(__name__)
+
+ENV_FORMAT = 1
+MARKER = "harness-env.json"
+
+
+def default_cache_dir() -> Path:
+    """Where environments and builds are cached: $HARNESS_CACHE_DIR, else the user cache directory."""
+    return Path(os.environ.get("HARNESS_CACHE_DIR") or platformdirs.user_cache_dir("torch-abi-harness"))
+
+
+# What every environment holds besides torch: the build backend for recipes and the test runner.
+RUNNER_REQUIREMENTS = ("numpy", "setuptools>=64", "wheel", "pytest>=8")
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvSpec:
+    torch: Version
+    variant: str
+    python: str  # X.Y (X.Yt: free-threaded)
+    interpreter: str | None = None  # the interpreter's path when the matrix gave one; else found by version
+
+    @property
+    def key(self) -> str:
+        own = f"-{hashlib.sha256(self.interpreter.encode()).hexdigest()[:8]}" if self.interpreter else ""
+        return f"torch-{self.torch}-{self.variant}-py{self.python}{own}"
+
+    @property
+    def requirement(self) -> str:
+        local = "" if self.variant == "auto" else f"+{self.variant}"
+        return f"torch=={self.torch}{local}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Env:
+    spec: EnvSpec
+    path: Path
+    torch_version: str  # torch.__version__, e.g. '2.10.0+cu128'
+    variant: str  # detected from the installed wheel: 'cpu', 'cu128', ...
+    created_seconds: float
+    reused: bool
+    repaired: str | None = None  # the damage this env was rebuilt for, one line; None when it was intact
+
+    @property
+    def python(self) -> Path:
+        return self.path / "bin" / "python"
+
+    @property
+    def site_packages(self) -> Path:
+        return site_packages(self.path)
+
+    @property
+    def torch_lib(self) -> Path:
+        lib = self.site_packages / "torch" / "lib"
+        if not lib.is_dir():
+            raise InfrastructureError(f"{self.path}: torch/lib not found")
+        return lib
+
+
+def site_packages(env_path: Path) -> Path:
+    found = sorted(env_path.glob("lib/python*/site-packages"))
+    if not found:
+        raise InfrastructureError(f"{env_path}: no lib/python*/site-packages")
+    return found[0]
+
+
+def detect_variant(torch_version: str, cuda: str | None) -> str:
+    local = torch_version.partition("+")[2]
+    if local:
+        return local
+    return f"cu{cuda.replace('.', '')}" if cuda else "cpu"
+
+
+def _read_torch_version_file(env_path: Path) -> tuple[str, str | None]:
+    """torch/version.py of an env, read as text: no import, milliseconds."""
+    candidates = list(env_path.glob("lib/python*/site-packages/torch/version.py"))
+    if not candidates:
+        raise InfrastructureError(f"{env_path}: torch is not installed in this environment")
+    text = candidates[0].read_text()
+    version = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)", text, re.M)
+    cuda = re.search(r"^cuda\s*(?::[^=]*)?=\s*['\"]([^'\"]+)", text, re.M)
+    if not version:
+        raise InfrastructureError(f"{candidates[0]}: no __version__")
+    return version[1], cuda[1] if cuda else None
+
+
+class EnvManager:
+    def __init__(self, root: Path, sources: ResolvedSources) -> None:
+        self.root = root / "envs"
+        self.sources = sources
+        self.uv = uv_binary()
+
+    def path(self, spec: EnvSpec) -> Path:
+        return self.root / spec.key
+
+    def cached(self, spec: EnvSpec) -> Env | None:
+        """The env if it exists, its marker matches what is installed and no file is damaged; None otherwise."""
+        env = self._marked(spec)
+        return env if env is not None and not self._damage(env) else None
+
+    def verify(self, env: Env) -> str | None:
+        """None if env's files are what RECORD says and site-packages holds nothing else; else the damage in one line.
+
+        Cheap enough to ask after every cell that errs: one stat per file (0.1 s for 20,000
+        files), a hash only of files whose stamp moved. ensure() rebuilds a damaged env.
+        """
+        damage = self._damage(env)
+        return integrity.describe(damage) if damage else None
+
+    def _damage(self, env: Env) -> list[integrity.Damage]:
+        saved = env.path / integrity.FINGERPRINT
+        fingerprint = integrity.load(saved)
+        if fingerprint is None:
+            # An env made before fingerprints: proven against RECORD once rather than rebuilt.
+            log.info("%s has no fingerprint yet: hashing its files against RECORD once", env.path.name)
+            damage, refreshed = integrity.take(env.site_packages)
+        else:
+            damage, refreshed = integrity.check(env.site_packages, fingerprint)
+        if not damage and refreshed != fingerprint:
+            try:  # best effort: an unsaved fingerprint costs hashes next time, nothing else
+                integrity.save(saved, refreshed)
+            except OSError as exc:
+                log.debug("could not save %s: %s", saved, exc)
+        return damage
+
+    def _marked(self, spec: EnvSpec) -> Env | None:
+        """The env if it exists and its marker matches the torch it holds (a few reads, no hashing)."""
+        path = self.path(spec)
+        marker = path / MARKER
+        try:
+            meta = json.loads(marker.read_text())
+        except (OSError, ValueError):
+            return None
+        if meta.get("format") != ENV_FORMAT or meta.get("requirements") != self._requirements(spec):
+            return None
+        if not (path / "bin" / "python").exists():
+            return None
+        try:
+            torch_version, _ = _read_torch_version_file(path)
+        except InfrastructureError:
+            return None
+        if torch_version != meta.get("torch_version"):
+            return None
+        return Env(spec, path, torch_version, meta["variant"], meta["seconds"], reused=True)
+
+    def resolve(self, specs: Sequence[EnvSpec], jobs: int = 4) -> None:
+        """Check that every requested torch exists in the sources before any work starts."""
+        todo = [s for s in dict.fromkeys(specs) if self.cached(s) is None]
+        if not todo:
+            return
+        log.info("resolving %d torch release(s) against %s", len(todo), self.sources.describe())
+        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+            failures = [f for f in pool.map(self._resolve_one, todo) if f]
+        if failures:
+            raise ResolutionError(
+                "torch release(s) not available from the configured sources "
+                f"({self.sources.describe()}):\n"
+                + "\n".join(failures)
+                + "\n  fix the version in the matrix, or add the index or find-links that serves it "
+                "(matrix `sources:`, pip's configuration or UV_* variables)"
+            )
+
+    def _resolve_one(self, spec: EnvSpec) -> str | None:
+        argv = [
+            self.uv,
+            "pip",
+            "compile",
+            "-",
+            "--no-deps",
+            "--no-header",
+            "--quiet",
+            "--python-version",
+            spec.python,
+            *self.sources.uv_args(),
+        ]
+        proc = commands.run(argv, input=spec.requirement + "\n", check=False, timeout=300)
+        if proc.returncode == 0:
+            return None
+        reason = " ".join(line.strip() for line in proc.stdout.strip().splitlines()[-4:])
+        return f"  - {spec.requirement} (python {spec.python}): {reason}"
+
+    def ensure(self, spec: EnvSpec) -> Env:
+        """The env for spec, made if missing or broken. Safe when several runs ask at once."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        with locked(self.root / f"{spec.key}.lock"):
+            env = self._marked(spec)
+            if env is None:
+                return self._create(spec)
+            damage = self._damage(env)
+            if not damage:
+                log.debug("reusing %s", env.path)
+                return env
+            what = integrity.describe(damage)
+            log.warning("%s is damaged: %s; rebuilding it", env.path, what)
+            shutil.rmtree(env.path)
+            # Written in place, the file is damaged wherever it is hardlinked, uv's cache included:
+            # a rebuild from that cache would link the same damage again.
+            self._forget(d.distribution for d in damage if d.shared and d.distribution)
+            return dataclasses.replace(self._create(spec), repaired=what)
+
+    def _forget(self, distributions: Iterable[str]) -> None:
+        """Remove distributions from uv's cache (waits for other uv processes using it)."""
+        names = sorted(set(distributions))
+        if names:
+            log.warning(
+                "removing %s from uv's cache: its files there are hardlinks of the damaged ones", " ".join(names)
+            )
+            commands.run([self.uv, "cache", "clean", *names], timeout=600)
+
+    def _requirements(self, spec: EnvSpec) -> list[str]:
+        return [spec.requirement, *RUNNER_REQUIREMENTS]
+
+    def _create(self, spec: EnvSpec) -> Env:
+        path = self.path(spec)
+        if path.exists():
+            log.warning("%s is incomplete or stale; recreating it", path)
+            shutil.rmtree(path)
+        started = time.monotonic()
+        log.info("creating %s (%s)", path, spec.requirement)
+        fingerprint = self._install(spec, path)
+        try:
+            # One real import proves the wheel set is complete (a CUDA wheel without its
+            # nvidia-* dependencies installs fine and fails here).
+            commands.run([path / "bin" / "python", "-c", "import torch"], timeout=300)
+        except CommandError:
+            shutil.rmtree(path, ignore_errors=True)
+            raise
+        torch_version, cuda = _read_torch_version_file(path)
+        variant = detect_variant(torch_version, cuda)
+        if spec.variant != "auto" and variant != spec.variant:
+            shutil.rmtree(path, ignore_errors=True)
+            raise ResolutionError(
+                f"{spec.requirement}: the sources served torch {torch_version} (variant {variant}), "
+                f"not variant {spec.variant}; add the index that serves it"
+            )
+        seconds = time.monotonic() - started
+        meta = {
+            "format": ENV_FORMAT,
+            "requirements": self._requirements(spec),
+            "torch_version": torch_version,
+            "variant": variant,
+            "cuda": cuda,
+            "seconds": round(seconds, 2),
+            "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        }
+        integrity.save(path / integrity.FINGERPRINT, fingerprint)
+        (path / MARKER).write_text(json.dumps(meta, indent=2) + "\n")
+        log.info("created %s in %.1f s (torch %s)", path.name, seconds, torch_version)
+        return Env(spec, path, torch_version, variant, seconds, reused=False)
+
+    def _install(self, spec: EnvSpec, path: Path) -> integrity.Fingerprint:
+        """A venv with spec's requirements, every file hashed against RECORD: its fingerprint.
+
+        Installed files are hardlinks of uv's cache, so a file written in place in any env of
+        this release arrives damaged: such distributions are removed from uv's cache and
+        installed again, once; damage that survives that is an error naming the file.
+        """
+        damage, fingerprint = self._install_once(spec, path)
+        distributions = {d.distribution for d in damage if d.distribution}
+        if distributions:
+            log.warning("%s: installed damaged from uv's cache: %s", path.name, integrity.describe(damage))
+            self._forget(distributions)
+            damage, fingerprint = self._install_once(spec, path)
+        if damage:
+            raise InfrastructureError(
+                f"{path.name}: damaged as installed: {integrity.describe(damage)}\n"
+                "  uv's cache may hold damaged files: run `uv cache clean` "
+                "(or point UV_CACHE_DIR at a fresh directory) and run again"
+            )
+        return fingerprint
+
+    def _install_once(self, spec: EnvSpec, path: Path) -> tuple[list[integrity.Damage], integrity.Fingerprint]:
+        """venv and install, then the full hash; a damaged result is removed."""
+        try:
+            base = interpreters.find(spec.interpreter or spec.python)
+            commands.run([self.uv, "venv", "--quiet", "--python", base.path, path], timeout=300)
+            commands.run(
+                [
+                    self.uv,
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--compile-bytecode",
+                    "--python",
+                    path / "bin" / "python",
+                    *self.sources.uv_args(),
+                    *self._requirements(spec),
+                ],
+                timeout=3600,
+            )
+        except CommandError:
+            shutil.rmtree(path, ignore_errors=True)
+            raise
+        damage, fingerprint = integrity.take(site_packages(path))
+        if damage:
+            shutil.rmtree(path, ignore_errors=True)
+        return damage, fingerprint
+
+
+@contextlib.contextmanager
+def locked(lock_path: Path) -> Iterator[None]:
+    """An exclusive lock on lock_path, held while the block runs (waiting for another run's if need be).
+    fcntl is imported here, where it is used: `check`, `abi-diff` and `audit-guards` import this module and
+    run on any OS; environments are made on POSIX only."""
+    import fcntl
+
+    with open(lock_path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("waiting for %s (another run is creating this environment)", lock_path)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"{os.getpid()}\n")
+            handle.flush()
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -1,0 +1,227 @@
+"""report.html: a run's results as one self-contained page (no network: its CSS and JS are inline).
+
+It is rendered from the run (as results.json holds it) with the grid laid out by harness.render.grid (the
+same releases, Python/variant/device rows and order as summary.md), plus what lies beside it in the
+run directory: the tails of each failing cell's logs, diff.json (a baseline diff) and gate.json (a
+gate decision). The grid is server-rendered; one small script adds the filters and a cell's details,
+which come from a JSON block in the page, so a grid of thousands of cells opens at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shlex
+import stat
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from harness.core.files import write_atomic
+from harness.core.status import Status
+from harness.render.grid import Grid
+from harness.results.known_breaks import STATE_MEANING, outcomes
+from harness.results.model import (
+    FINDING_MARK,
+    STATUS_SHORT,
+    VERDICT_MEANING,
+    VERDICT_SYMBOL,
+    CellResult,
+    RunResult,
+    expected_failure_classes,
+    headline,
+)
+from harness.verdict import Verdict
+
+TAIL_BYTES = 6000  # of each log of a cell that did not simply pass
+TAIL_LINES = 40
+LOGS_WITH_TAILS = ("stderr", "stdout", "build")
+DIFF_FILE, GATE_FILE = "diff.json", "gate.json"
+
+
+def page_template(name: str) -> jinja2.Template:
+    """A page template of harness/templates: escaped, strict about undefined names, tidy whitespace."""
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("harness.render", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["safe_url"] = safe_url
+    return env.get_template(name)
+
+
+def safe_url(text: str) -> str | None:
+    """A link the page may follow: http(s) only (a known break's link is written by people)."""
+    return text if text.startswith(("https://", "http://")) else None
+
+
+def script_json(data: object) -> str:
+    """JSON safe inside <script type="application/json">: no '<' can close the element."""
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")
+
+
+def tail(run_dir: Path, relative: str) -> str | None:
+    """The last lines of a log of the run directory, read as a hostile file: never through a link, a regular
+    file only, at most TAIL_BYTES from its end. None when it is not there or not such a file."""
+    path = run_dir / relative
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        os.lseek(fd, max(0, info.st_size - TAIL_BYTES), os.SEEK_SET)
+        data = os.read(fd, TAIL_BYTES)
+    finally:
+        os.close(fd)
+    lines = data.decode("utf-8", "replace").splitlines()
+    cut = info.st_size > TAIL_BYTES or len(lines) > TAIL_LINES
+    return ("…\n" if cut else "") + "\n".join(lines[-TAIL_LINES:])
+
+
+def reproduce(run: RunResult, cell: CellResult) -> str:
+    """The command that runs this one cell again, from the repository the matrix lives in."""
+    words = ["python", "-m", "harness", "run", "--matrix", run.matrix, "-k", cell.id]
+    if run.candidate:
+        words += ["--candidate", run.candidate]
+    if cell.backend == "docker":
+        words += ["--backend", "docker"]
+    return shlex.join(words)
+
+
+def details(run: RunResult, cell: CellResult, run_dir: Path | None) -> dict[str, Any]:
+    """What the page shows when the cell is clicked."""
+    prediction = cell.prediction or {}
+    plain = cell.status is Status.PASS and cell.verdict is Verdict.KEPT
+    tails = {}
+    # The build's log says something only when the build is what failed (or the harness did).
+    names = LOGS_WITH_TAILS if cell.status in (Status.BUILD_FAILED, Status.ERROR) else LOGS_WITH_TAILS[:2]
+    if run_dir is not None and not plain:
+        for name in names:
+            if name in cell.logs and (text := tail(run_dir, cell.logs[name])):
+                tails[name] = text
+    return {
+        "id": cell.id,
+        "build": cell.build_id,
+        "runtime": cell.runtime_id,
+        "torch": cell.runtime_torch,
+        "python": cell.runtime_python,
+        "status": cell.status.value,
+        "verdict": cell.verdict.value,
+        "symbol": VERDICT_SYMBOL[cell.verdict],
+        "reason": cell.reason,
+        "expected": cell.expected.value,
+        "why": cell.expected_why,
+        "class": cell.expected_class.value if cell.expected_class else None,
+        "known_break": cell.known_break,
+        "tests": f"{cell.tests.passed} passed, {cell.tests.failed} failed, {cell.tests.skipped} skipped, "
+        f"{cell.tests.errors} errors",
+        "failing": list(cell.failing_tests),
+        "missing_symbol": cell.missing_symbol,
+        "missing": [
+            {"name": m["name"], "kind": m["kind"], "introduced": m["introduced"]} for m in prediction.get("missing", ())
+        ],
+        "prediction": prediction.get("outcome"),
+        "unmet": [u["why"] for u in prediction.get("unmet", ())],
+        "findings": list(cell.findings),
+        "docs": [{"key": d.key, "text": d.text} for d in cell.doc_differences],
+        "attempts": [a.line(n) for n, a in enumerate(cell.attempts, 1)],
+        "logs": dict(sorted(cell.logs.items())),
+        "tails": tails,
+        "seconds": cell.durations.get("total"),
+        "reproduce": reproduce(run, cell),
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class GridCell:
+    """One cell of the page's grid: where its details are, its column, its verdict and its text."""
+
+    index: int
+    column: int
+    verdict: str
+    text: str
+    title: str
+
+    @classmethod
+    def of(cls, cell: CellResult, index: int, column: int) -> GridCell:
+        text = f"{VERDICT_SYMBOL[cell.verdict]} {STATUS_SHORT[cell.status]}" + (
+            f" {FINDING_MARK}" if cell.findings else ""
+        )
+        return cls(index, column, cell.verdict.value, text, f"{cell.id}: {cell.verdict.value} ({cell.status.value})")
+
+
+@dataclasses.dataclass(frozen=True)
+class GridRow:
+    build: str
+    extension: str
+    cells: tuple[GridCell | None, ...]
+    candidate: bool = False  # built on the run's candidate (`--candidate`)
+
+    @property
+    def verdicts(self) -> str:
+        """The verdicts in the row, for the verdict filter."""
+        return " ".join(sorted({c.verdict for c in self.cells if c is not None}))
+
+
+def _read_json(run_dir: Path | None, name: str) -> dict[str, Any] | None:
+    if run_dir is None or not (run_dir / name).is_file():
+        return None
+    data: dict[str, Any] = json.loads((run_dir / name).read_text())
+    return data
+
+
+def render(run: RunResult, run_dir: Path | None = None) -> str:
+    """The page for a run; run_dir (where results.json lies) adds log tails, diff.json and gate.json."""
+    grid = Grid.of(run)
+    columns = grid.columns
+    extensions = {c.build_id: c.extension for c in run.cells}
+    on_candidate = {c.build_id for c in run.cells if run.candidate and c.build_torch == run.candidate}
+    cells: list[dict[str, Any]] = []  # each cell's details, by the index its grid cell carries
+    rows: list[GridRow] = []
+    for row in grid.rows:
+        marks: list[GridCell | None] = []
+        for number, column in enumerate(columns):
+            found = grid.cells.get((row, column.runtime_id))
+            marks.append(None if found is None else GridCell.of(found, len(cells), number))
+            if found is not None:
+                cells.append(details(run, found, run_dir))
+        rows.append(GridRow(row, extensions[row], tuple(marks), row in on_candidate))
+    counts = run.counts()
+    known = outcomes(run.known_breaks, run.cells)
+    return page_template("report.html.j2").render(
+        run=run,
+        headline=headline(run),
+        exit_code=int(run.exit_code),
+        counts=[(v, counts[v.value]) for v in Verdict if counts[v.value]],
+        legend=[(v, VERDICT_SYMBOL[v], VERDICT_MEANING[v].replace("**", "")) for v in Verdict],
+        groups=[(g.release, len(g.columns)) for g in grid.groups],
+        runtime_options=[
+            (g.release, [(n, c.runtime_id) for n, c in enumerate(columns) if c.release == g.release])
+            for g in grid.groups
+        ],
+        axes=[(axis, [c.label(axis) for c in columns]) for axis in grid.axes],
+        columns=columns,
+        rows=rows,
+        extensions=sorted({r.extension for r in rows}),
+        classes=expected_failure_classes(run.cells),
+        known=known,
+        state_meaning=STATE_MEANING,
+        diff=_read_json(run_dir, DIFF_FILE),
+        gate=_read_json(run_dir, GATE_FILE),
+        cells_json=script_json(cells),
+        finding_mark=FINDING_MARK,
+    )
+
+
+def write_html(run: RunResult, run_dir: Path) -> Path:
+    """report.html in the run directory, whole or not at all."""
+    path = run_dir / "report.html"
+    write_atomic(path, render(run, run_dir))
+    return path

@@ -1,0 +1,272 @@
+"""The release gate: GO or NO-GO for a torch release candidate, each reason with its evidence.
+
+Three sources of evidence, combined:
+
+1. `abi-diff` of the previous release against the candidate (its wheel, or the manifest's release):
+   a removed stable export or a changed signature breaks every binary that uses it.
+2. The matrix run with the candidate on both axes (`run --candidate`): a broken promise in either
+   direction, an old build on the candidate (backward) or a build on the candidate's headers on an
+   older release (forward), with the missing symbols or failing tests that show it. A known break
+   that holds is listed apart; one that expired is a reason, by name.
+3. The diff against the previous release's run (a baseline): which broken cells are new, what got fixed.
+
+NO-GO when any reason stands (exit 1); GO when none does and every cell reached a verdict (exit 0);
+UNDECIDED when no reason stands but some cell errored or the run was interrupted (exit 3): the
+harness could not look everywhere, so it says nothing either way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from harness.core.errors import BadInputError, ExitCode
+from harness.results.diff import RunDiff
+from harness.results.known_breaks import State, outcomes
+from harness.results.model import CellResult, RunResult
+from harness.static.abi_diff import AbiDiff
+from harness.verdict import Verdict
+
+GATE_JSON_VERSION = 1
+
+
+class Decision(enum.StrEnum):
+    GO = "GO"
+    NO_GO = "NO-GO"
+    UNDECIDED = "UNDECIDED"
+
+
+EXIT = {Decision.GO: ExitCode.OK, Decision.NO_GO: ExitCode.BROKEN, Decision.UNDECIDED: ExitCode.INFRASTRUCTURE}
+
+
+@dataclasses.dataclass(frozen=True)
+class Reason:
+    """One reason against the candidate and the evidence for it (one line per export, signature or cell)."""
+
+    title: str
+    evidence: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"title": self.title, "evidence": list(self.evidence)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Gate:
+    candidate: str
+    previous: str
+    decision: Decision
+    reasons: tuple[Reason, ...]
+    evidence: tuple[str, ...]  # what was looked at and what it showed, for GO and NO-GO alike
+    known_breaks: tuple[str, ...]  # accepted known breaks: listed apart, never reasons
+    warnings: tuple[str, ...]  # fixed or unmatched known_breaks entries
+    run_id: str
+    baseline: str | None
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return EXIT[self.decision]
+
+    @property
+    def summary(self) -> str:
+        if self.decision is Decision.GO:
+            return f"torch {self.candidate} keeps the stable-ABI promise in both directions: GO."
+        if self.decision is Decision.NO_GO:
+            return f"torch {self.candidate} breaks the stable-ABI promise: NO-GO ({len(self.reasons)} reason(s))."
+        return f"torch {self.candidate}: no break found, but the run is incomplete: UNDECIDED (exit 3)."
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": GATE_JSON_VERSION,
+            "candidate": self.candidate,
+            "previous": self.previous,
+            "decision": self.decision.value,
+            "exit_code": int(self.exit_code),
+            "summary": self.summary,
+            "reasons": [r.to_json() for r in self.reasons],
+            "evidence": list(self.evidence),
+            "known_breaks": list(self.known_breaks),
+            "warnings": list(self.warnings),
+            "run_id": self.run_id,
+            "baseline": self.baseline,
+        }
+
+    def markdown(self) -> str:
+        lines = [f"# Release gate: torch {self.candidate} (against {self.previous}): **{self.decision.value}**", ""]
+        lines += [self.summary, ""]
+        if self.reasons:
+            lines += ["## Why not", ""]
+            for reason in self.reasons:
+                lines.append(f"- ❌ **{reason.title}**")
+                lines += [f"  - `{item}`" if "`" not in item else f"  - {item}" for item in reason.evidence]
+            lines.append("")
+        lines += ["## Evidence", "", *(f"- {item}" for item in self.evidence), ""]
+        if self.known_breaks:
+            lines += ["## Known breaks (accepted until they expire; not reasons)", ""]
+            lines += [f"- 🩹 {item}" for item in self.known_breaks]
+            lines.append("")
+        if self.warnings:
+            lines += ["## Warnings", "", *(f"- ⚠️ {item}" for item in self.warnings), ""]
+        return "\n".join(lines)
+
+
+def direction(cell: CellResult, candidate: str) -> str:
+    """Which way a cell tests the candidate: built on it (forward), run on it (backward), or neither."""
+    built, runs = _release(cell.build_torch) == candidate, _release(cell.runtime_torch) == candidate
+    if built and runs:
+        return "built and run on the candidate"
+    if built:
+        return (
+            f"forward: built on the candidate for target {cell.target or 'its own level'}, run on {cell.runtime_torch}"
+        )
+    if runs:
+        return f"backward: built on {cell.build_torch}, run on the candidate"
+    return "not the candidate's cell"
+
+
+def evidence_of(cell: CellResult, candidate: str, new: bool | None) -> str:
+    """A broken cell as evidence: what happened, the symbols it misses (and who first exports each), the tests."""
+    parts = [f"{cell.id}: {cell.status.value}: {cell.reason}", direction(cell, candidate)]
+    missing = (cell.prediction or {}).get("missing", ())
+    if missing:
+        parts.append(
+            "missing "
+            + ", ".join(f"{m['name']} (first exported by {m['introduced'] or 'no release'})" for m in missing)
+        )
+    elif cell.missing_symbol:
+        parts.append(f"missing {cell.missing_symbol}")
+    if cell.failing_tests:
+        shown = ", ".join(cell.failing_tests[:5]) + (
+            f" (+{len(cell.failing_tests) - 5})" if len(cell.failing_tests) > 5 else ""
+        )
+        parts.append(f"failing tests {shown}")
+    if new is not None:
+        parts.append("new since the baseline" if new else "broken in the baseline too")
+    return "; ".join(parts)
+
+
+def decide(candidate: str, previous: str, abi: AbiDiff, run: RunResult, diff: RunDiff | None) -> Gate:
+    reasons: list[Reason] = []
+    evidence: list[str] = []
+    if abi.removed_exports:
+        reasons.append(
+            Reason(
+                f"the candidate removes {len(abi.removed_exports)} stable export(s) of {abi.old}: "
+                "binaries that use them stop loading",
+                abi.removed_exports,
+            )
+        )
+    if abi.changed_signatures:
+        reasons.append(
+            Reason(
+                f"{len(abi.changed_signatures)} stable shim signature(s) changed since {abi.old}",
+                tuple(f"{c.name}: {c.old} -> {c.new}" for c in abi.changed_signatures),
+            )
+        )
+    evidence.append(
+        f"abi-diff {abi.old} -> {abi.new}: {len(abi.removed_exports)} removed export(s), "
+        f"{len(abi.changed_signatures)} changed signature(s), {len(abi.added_exports)} added export(s), "
+        f"{len(abi.added_declarations)} added declaration(s), {len(abi.changed_guards)} changed version guard(s)"
+    )
+    new_ids = {c.id for c in diff.new_breaks} if diff else None
+    known = outcomes(run.known_breaks, run.cells)
+    expired = {o.entry.name: o for o in known if o.state is State.EXPIRED}
+    broken = sorted((c for c in run.cells if c.verdict is Verdict.BROKEN), key=lambda c: c.id)
+    plain = [c for c in broken if c.known_break not in expired]
+    if plain:
+        reasons.append(
+            Reason(
+                f"{len(plain)} broken promise(s) in the matrix with the candidate on both axes",
+                tuple(evidence_of(c, candidate, None if new_ids is None else c.id in new_ids) for c in plain),
+            )
+        )
+    for name, outcome in sorted(expired.items()):
+        cells = [c for c in broken if c.known_break == name]
+        reasons.append(
+            Reason(
+                f"known break {name} expired on {outcome.entry.expires.isoformat()}: {len(cells)} cell(s) broken "
+                f"again ({outcome.entry.link})",
+                tuple(evidence_of(c, candidate, None) for c in cells),
+            )
+        )
+    forward = [c for c in run.cells if _release(c.build_torch) == candidate]
+    backward = [c for c in run.cells if _release(c.runtime_torch) == candidate]
+    evidence.append(f"matrix run {run.run_id}: {len(run.cells)} cells: {_counted(run.cells)}")
+    for label, cells in (("built on the candidate (forward)", forward), ("run on the candidate (backward)", backward)):
+        evidence.append(f"{label}: {len(cells)} cells, {_counted(cells)}")
+    if diff is not None:
+        evidence.append(
+            f"against baseline {diff.baseline}: {len(diff.new_breaks)} new break(s), {len(diff.fixed)} fixed, "
+            f"{len(diff.known_breaks)} known break(s), {len(diff.changed)} changed, {len(diff.added)} new cell(s)"
+        )
+        evidence += [f"fixed since the baseline: {c.id}: {c.before} -> {c.after}" for c in diff.fixed]
+    accepted = [o for o in known if o.state is State.ACCEPTED]
+    warnings = [o.line() for o in known if o.state in (State.FIXED, State.UNMATCHED)]
+    errors = [c for c in run.cells if c.verdict is Verdict.ERROR]
+    if reasons:
+        decision = Decision.NO_GO
+    elif errors or run.interrupted:
+        decision = Decision.UNDECIDED
+        evidence.append(
+            f"incomplete: {len(errors)} cell(s) ended in a harness error"
+            + (" and the run was interrupted" if run.interrupted else "")
+            + ": "
+            + ", ".join(c.id for c in errors[:5])
+        )
+    else:
+        decision = Decision.GO
+    return Gate(
+        candidate=candidate,
+        previous=previous,
+        decision=decision,
+        reasons=tuple(reasons),
+        evidence=tuple(evidence),
+        known_breaks=tuple(o.line() for o in accepted),
+        warnings=tuple(warnings),
+        run_id=run.run_id,
+        baseline=diff.baseline if diff else None,
+    )
+
+
+def candidate_ref(candidate: str, wheel: Path | None, find_links: Sequence[str], releases: Sequence[str]) -> str:
+    """What abi-diff compares the previous release with: the given wheel, else the candidate's wheel in a
+    --find-links directory, else the manifest's release of that version."""
+    if wheel is not None:
+        return str(wheel)
+    for folder in find_links:
+        found = sorted(Path(folder).glob(f"torch-{candidate}-*.whl")) + sorted(
+            Path(folder).glob(f"torch-{candidate}+*.whl")
+        )
+        if found:
+            return str(found[0])
+    if candidate in releases:
+        return candidate
+    raise BadInputError(
+        f"no wheel of torch {candidate} to compare with abi-diff: pass --candidate-wheel, or a --find-links "
+        f"directory holding it (the manifest knows {', '.join(releases)})"
+    )
+
+
+def previous_release(candidate: str, runtimes: Sequence[str]) -> str:
+    """The newest of the matrix's runtimes older than the candidate: the release it is compared with."""
+    older = sorted({Version(r) for r in runtimes if Version(r) < Version(candidate)})
+    if not older:
+        raise BadInputError(f"no runtime of the matrix is older than the candidate {candidate}: pass --previous")
+    return str(older[-1])
+
+
+def _counted(cells: Sequence[CellResult]) -> str:
+    """'28 kept, 21 expected failure, 0 broken': every verdict that occurs, and broken always."""
+    counts = {v: sum(c.verdict is v for c in cells) for v in Verdict}
+    return ", ".join(f"{n} {v.value.replace('_', ' ')}" for v, n in counts.items() if n or v is Verdict.BROKEN)
+
+
+def _release(torch: str) -> str:
+    try:
+        return Version(torch).public
+    except InvalidVersion:
+        return torch

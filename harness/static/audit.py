@@ -1,0 +1,158 @@
+"""Latent forward-compatibility breaks in a release's headers.
+
+A declaration an extension can see at target T but that release T does not
+export compiles fine, then fails to load on T. What a build at T sees is what the
+compiler's preprocessor leaves of the release's public stable headers at that
+target (harness.static.visibility: never the text of a guard), whatever the reason: a
+guard that works, one that does not, a declaration reached through another
+header. Each claim is confirmed by compiling a probe through the header chain
+that made it visible: does the symbol really resolve at that target?
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import tempfile
+from collections import defaultdict
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from packaging.version import Version
+
+from harness.core.versions import ApiLevel
+from harness.static.manifest import Manifest
+from harness.static.visibility import Visibility, find_cuda_include
+
+DEVICES_WITHOUT_EXPORTS = ("mps", "xpu")  # Linux CUDA wheels never export these: nothing to compare
+
+
+@dataclasses.dataclass(frozen=True)
+class LatentBreak:
+    name: str
+    header: str  # the header that declares it
+    guard: str | None  # what the guard's text says (the manifest's reading), for comparison only
+    visible_from: ApiLevel  # the lowest target whose release does not export it, yet sees it
+    first_exported: str | None
+    device: str | None = None  # 'cuda': visible there only with USE_CUDA
+    confirmed: bool | None = None  # True: a probe compiled at visible_from; None: not probed
+    chain: tuple[str, ...] = ()  # the headers that made it visible, from the one included to the declaring one
+    missing_at: tuple[ApiLevel, ...] = ()  # every target that sees it while its release does not export it
+
+    def describe(self) -> str:
+        exported = f"first exported in {self.first_exported}" if self.first_exported else "exported by no release"
+        guard = f"guard text says {self.guard}" if self.guard else "no version guard in its text"
+        cuda = " with USE_CUDA" if self.device == "cuda" else ""
+        targets = ", ".join(str(t) for t in self.missing_at) or str(self.visible_from)
+        return (
+            f"{self.name}: visible at target {targets}{cuda} through {' > '.join(self.chain) or self.header} "
+            f"but {exported} ({guard})"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "header": self.header,
+            "guard": self.guard,
+            "visible_from": str(self.visible_from),
+            "first_exported": self.first_exported,
+            "device": self.device,
+            "confirmed": self.confirmed,
+            "chain": list(self.chain),
+            "missing_at": [str(t) for t in self.missing_at],
+        }
+
+
+def visible_but_not_exported(
+    visibility: Visibility, exports: Mapping[ApiLevel, frozenset[str]], min_target: ApiLevel
+) -> list[LatentBreak]:
+    """Every declaration visible at a target T >= min_target whose release T does not export it.
+
+    exports maps a target to what its release exports; a target it lacks is not judged.
+    """
+    found: list[LatentBreak] = []
+    for name in visibility.names():
+        missing = tuple(
+            t
+            for t in visibility.targets
+            if t >= min_target and t in exports and visibility.visible_at(name, t) and name not in exports[t]
+        )
+        if not missing:
+            continue
+        chain = visibility.chains[name]
+        device = "cuda" if visibility.needs_cuda(name, missing[0]) else None
+        found.append(
+            LatentBreak(
+                name, chain[-1] if chain else "", None, missing[0], None, device, chain=chain, missing_at=missing
+            )
+        )
+    return sorted(found, key=lambda b: (b.header, b.name))
+
+
+def exports_by_target(manifest: Manifest, targets: tuple[ApiLevel, ...]) -> dict[ApiLevel, frozenset[str]]:
+    """What the manifest's release at each target level exports (a level it has no release for is left out)."""
+    found: dict[ApiLevel, frozenset[str]] = {}
+    for target in targets:
+        release = manifest.release_for(Version(f"{target}.0"))
+        if release is not None:
+            found[target] = manifest.exported_by(release)
+    return found
+
+
+def find_latent_breaks(
+    manifest: Manifest, release: str, min_target: ApiLevel, visibility: Visibility
+) -> list[LatentBreak]:
+    """visible_but_not_exported against the manifest's exports, with each symbol's first export and guard text."""
+    found = []
+    for item in visible_but_not_exported(visibility, exports_by_target(manifest, visibility.targets), min_target):
+        facts = manifest[item.name] if item.name in manifest else None
+        decl = facts.declaration_in(release) if facts else None
+        if decl is not None and decl["device"] in DEVICES_WITHOUT_EXPORTS:
+            continue
+        found.append(
+            dataclasses.replace(
+                item,
+                guard=decl["guard"] if decl else None,
+                first_exported=facts.first_exported if facts else None,
+            )
+        )
+    return found
+
+
+def probe_source(header: str, names: list[str]) -> str:
+    uses = "\n".join(f"  (void)&{name};" for name in names)
+    return f"#include <{header}>\n\nvoid harness_probe() {{\n{uses}\n}}\n"
+
+
+def compiles(include: Path, header: str, names: list[str], target: ApiLevel, workdir: Path, cuda: Path | None) -> bool:
+    source = workdir / "probe.cpp"
+    source.write_text(probe_source(header, names))
+    argv = ["c++", "-fsyntax-only", "-std=c++17", f"-DTORCH_TARGET_VERSION={target.hex}ULL", f"-I{include}"]
+    if cuda is not None:
+        argv += ["-DUSE_CUDA", f"-I{cuda}"]
+    return subprocess.run([*argv, str(source)], capture_output=True, timeout=120).returncode == 0
+
+
+def confirm(breaks: list[LatentBreak], include: Path) -> list[LatentBreak]:
+    """Compile one probe per (header, target); split it per symbol only where the batch fails."""
+    groups: dict[tuple[str, ApiLevel, bool], list[LatentBreak]] = defaultdict(list)
+    for item in breaks:
+        entry = item.chain[0] if item.chain else item.header  # the header an extension includes
+        groups[(entry, item.visible_from, item.device == "cuda")].append(item)
+    confirmed: list[LatentBreak] = []
+    cuda_headers = find_cuda_include()
+    with tempfile.TemporaryDirectory(prefix="audit-guards-") as tmp:
+        for (header, target, needs_cuda), items in groups.items():
+            if needs_cuda and cuda_headers is None:
+                confirmed += items  # unprobed: no CUDA headers on this machine
+                continue
+            cuda = cuda_headers if needs_cuda else None
+            if compiles(include, header, [i.name for i in items], target, Path(tmp), cuda):
+                confirmed += [dataclasses.replace(i, confirmed=True) for i in items]
+            else:
+                confirmed += [
+                    dataclasses.replace(i, confirmed=compiles(include, header, [i.name], target, Path(tmp), cuda))
+                    for i in items
+                ]
+    return sorted(confirmed, key=lambda b: (b.header, b.name))
