@@ -111,7 +111,7 @@ def bench_docker(session: nox.Session) -> None:
 @nox.session(default=False)
 def manifest(session: nox.Session) -> None:
     """Regenerate harness/data/stable_manifest.json and stable_visibility.json from the torch wheels (-- 2.16.0 adds
-    a release), then harness/data/op_schemas.json from each release's torch (harness/static/op_registry.py).
+    a release), then harness/data/op_schemas.json from each release's torch (tools/gen_op_schemas.py).
 
     The wheels are the CUDA builds from the default index (pip --isolated: no local +cpu wheel),
     so CUDA-only shims are seen exported too. They are kept in nox's cache between runs.
@@ -143,13 +143,13 @@ def manifest(session: nox.Session) -> None:
             )
             found = sorted(folder.glob("torch-*.whl"))
         wheels.append(str(found[-1]))
-    session.run("python", "-m", "harness.static.manifest", *wheels, "--out", str(MANIFEST))
+    session.run("python", "tools/gen_manifest.py", *wheels, "--out", str(MANIFEST))
     # What a build at each target sees, by the preprocessor (c++ -E over each wheel's headers; audit-guards reads it).
     session.run(
-        "python", "-m", "harness.static.visibility", *wheels, "--out", str(MANIFEST.with_name("stable_visibility.json"))
+        "python", "tools/gen_visibility.py", *wheels, "--out", str(MANIFEST.with_name("stable_visibility.json"))
     )
     # The dispatcher's op schemas need each release's torch running: its cached env (made when missing).
-    session.run("python", "-m", "harness.static.op_registry", "--ensure")
+    session.run("python", "tools/gen_op_schemas.py", "--ensure")
 
 
 def _version_key(release: str) -> tuple[int, ...]:

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from harness.core.status import Status
 from harness.execute.api import CellExecution
+from harness.results.cases import CaseCounts, DocDifference, doc_differences
 from harness.static.symbols import demangle
 
 PYTEST_EXIT = {
@@ -27,50 +28,10 @@ SKIP_EXIT = 11  # harness_cellprobe.SKIP_EXIT
 
 
 @dataclasses.dataclass(frozen=True)
-class CaseCounts:
-    passed: int = 0
-    failed: int = 0
-    skipped: int = 0
-    errors: int = 0
-
-    @property
-    def total(self) -> int:
-        return self.passed + self.failed + self.skipped + self.errors
-
-
-@dataclasses.dataclass(frozen=True)
 class JunitReport:
     counts: CaseCounts
     failing: tuple[str, ...]
     seconds: float
-
-
-@dataclasses.dataclass(frozen=True)
-class DocDifference:
-    """A runtime doing something other than PyTorch's documents say, as a test recorded it."""
-
-    key: str  # names the behaviour; the report groups by it
-    text: str  # what is documented and what happened instead
-    tests: tuple[str, ...]  # the tests that saw it
-
-    def to_json(self) -> dict[str, Any]:
-        return {"key": self.key, "text": self.text, "tests": list(self.tests)}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> DocDifference:
-        return cls(data["key"], data["text"], tuple(data["tests"]))
-
-
-def doc_differences(entries: object) -> tuple[DocDifference, ...]:
-    """The probe's records merged by (key, text), sorted; malformed entries are dropped, not fatal."""
-    tests: dict[tuple[str, str], list[str]] = {}
-    for entry in entries if isinstance(entries, list) else ():
-        if not isinstance(entry, dict) or not all(isinstance(entry.get(k), str) for k in ("key", "text", "test")):
-            continue
-        seen = tests.setdefault((entry["key"], entry["text"]), [])
-        if entry["test"] not in seen:
-            seen.append(entry["test"])
-    return tuple(DocDifference(key, text, tuple(names)) for (key, text), names in sorted(tests.items()))
 
 
 # Where a module's import name is not its distribution's, for the fix a missing one suggests.

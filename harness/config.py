@@ -17,7 +17,6 @@ from packaging.version import Version
 from harness.core.errors import ConfigError
 from harness.core.schema import Document, did_you_mean
 from harness.core.versions import ApiLevel, parse_release
-from harness.provision import interpreters
 from harness.static import prebuilt
 
 Device = Literal["cpu", "cuda"]
@@ -438,7 +437,7 @@ def expand_runtime(doc: Document, index: int, problems: list[str]) -> list[Runti
 
 def python_request(doc: Document, value: str | None) -> str | None:
     """A matrix's python as the harness uses it: a version as written; a path made absolute from the matrix's folder."""
-    if value is None or not interpreters.is_path(value):
+    if value is None or not is_path(value):
         return value
     return os.path.normpath(doc.path.parent.resolve() / Path(value).expanduser())
 
@@ -489,3 +488,8 @@ def with_overrides(
         find_links=(*matrix.sources.find_links, *(str(Path(f).resolve()) for f in find_links)),
     )
     return dataclasses.replace(matrix, runtimes=tuple(runtimes), sources=sources)
+
+
+def is_path(request: str) -> bool:
+    """A matrix's python names an interpreter's file when it holds a slash or starts with ~."""
+    return "/" in request or request.startswith("~")

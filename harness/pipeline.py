@@ -34,8 +34,10 @@ from harness.provision.envs import Env, EnvManager, EnvSpec
 from harness.provision.host import HostFacts
 from harness.provision.sources import resolve_sources, uv_binary
 from harness.provision.testdeps import Conflict, Overlay, OverlayManager
+from harness.render.report import write_report
 from harness.results.known_breaks import acknowledge
-from harness.results.model import CellResult, RunResult, relative_logs, write_report
+from harness.results.model import CellResult, RunResult, relative_logs
+from harness.results.rundir import new_run_dir, point_latest
 from harness.static.artifact import ArtifactFacts, RuntimeFacts, python_problem, unmet, wheel_tags
 from harness.static.manifest import packaged_manifest
 from harness.static.op_calls import fits
@@ -92,19 +94,6 @@ def make_backend(
 
 def env_spec(item: Build | Runtime) -> EnvSpec:
     return EnvSpec(item.torch, item.variant, item.python, item.interpreter)
-
-
-def new_run_dir(reports_dir: Path) -> tuple[str, Path]:
-    reports_dir = reports_dir.resolve()  # cells run with their own cwd: every path they get is absolute
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    for suffix in ("", *(f"-{n}" for n in range(2, 100))):
-        path = reports_dir / f"{stamp}{suffix}"
-        try:
-            path.mkdir(parents=True)
-            return path.name, path
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"{reports_dir}: too many runs started at {stamp}")
 
 
 def _parallel(
@@ -634,13 +623,3 @@ def _with_log_in(run_dir: Path, result: BuildResult) -> BuildResult:
         log.warning("%s: build log not copied into the report: %s", result.build.id, exc)
         return result
     return dataclasses.replace(result, log=log_copy)
-
-
-def point_latest(reports_dir: Path, run_dir: Path) -> None:
-    latest = reports_dir / "latest"
-    tmp = reports_dir / f".latest-{os.getpid()}-{time.monotonic_ns()}"
-    try:
-        tmp.symlink_to(run_dir.name)
-        tmp.replace(latest)
-    except OSError as exc:
-        log.warning("could not point %s at %s: %s", latest, run_dir, exc)

@@ -11,7 +11,7 @@ from typing import Any
 
 from packaging.version import Version
 
-from harness.config import BuildSpec, CudaPolicy, Device, Extension, Matrix, RuntimeSpec
+from harness.config import BuildSpec, CudaPolicy, Device, Extension, Matrix, RuntimeSpec, is_path
 from harness.core.errors import ConfigError, SelectionError
 from harness.core.schema import did_you_mean
 from harness.core.versions import ApiLevel
@@ -83,7 +83,7 @@ def python_of(requested: str | None, default: str) -> tuple[str, str | None]:
     A path is asked its version here (ids and promises need it); a version is looked up only when
     an environment is made (interpreters.find), so a plan needs no interpreter installed."""
     request = requested or default
-    if interpreters.is_path(request):  # the request as written, relative to the cwd of the run
+    if is_path(request):  # the request as written, relative to the cwd of the run
         return interpreters.find(request).minor, request
     return request, None
 

@@ -8,10 +8,10 @@ one broken cell in 97, one error in 89 and one known break in 113, so every verd
 import datetime
 import itertools
 
-from harness.collect import CaseCounts, DocDifference
 from harness.config import KnownBreak
 from harness.core.status import Condition, Status
 from harness.plan import PlanIdentity
+from harness.results.cases import CaseCounts, DocDifference
 from harness.results.model import CellResult, RunResult
 from harness.verdict import Expected, Verdict
 

@@ -29,6 +29,7 @@ from harness.config import DEFAULT_MATRIX, Matrix, Sources, load_matrix, with_ov
 from harness.core.errors import BadInputError, ExitCode, HarnessError
 from harness.core.files import writable_dir, write_atomic
 from harness.core.status import Condition
+from harness.core.text import natural_key, plain_text
 from harness.core.versions import ApiLevel
 from harness.plan import Plan, Shard, make_plan
 from harness.provision.catalog import UNKNOWN, Catalog, Filters, discover, host_platforms, sources_of
@@ -36,18 +37,10 @@ from harness.provision.catalog import Runtime as ServedRuntime
 from harness.provision.envs import Env, default_cache_dir
 from harness.provision.sources import resolve_sources
 from harness.render.grid import NOT_RUN, NOT_RUN_MEANING, Grid
+from harness.render.text import VERDICT_SYMBOL, expected_failure_classes, grid_mark
 from harness.results.diff import RunDiff, compare, load_run
 from harness.results.known_breaks import State, outcomes
-from harness.results.model import (
-    VERDICT_SYMBOL,
-    CellResult,
-    ReportError,
-    RunResult,
-    expected_failure_classes,
-    grid_mark,
-    natural_key,
-    plain_text,
-)
+from harness.results.model import CellResult, ReportError, RunResult
 from harness.shard import fan_out, measured_durations, partition, shard_plan
 from harness.static.artifact import Unmet
 from harness.verdict import Verdict, promise
@@ -997,7 +990,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    from harness.results.merge import merge_reports
+    from harness.merge import merge_reports
 
     writable_dir(args.reports_dir, "--reports-dir")
     baseline = load_run(args.baseline) if args.baseline else None  # a bad baseline fails before any work

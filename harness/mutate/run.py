@@ -29,8 +29,9 @@ from harness.execute.api import CellRequest, CellView, RuntimeHandle
 from harness.execute.venv import VenvBackend
 from harness.mutate.catalogue import Catalogue, Mutant
 from harness.mutate.interposer import Interposer, build_interposer
-from harness.pipeline import Observer, Pipeline, RunOptions, env_spec, new_run_dir, runtime_facts
+from harness.pipeline import Observer, Pipeline, RunOptions, env_spec, runtime_facts
 from harness.plan import Cell, Plan
+from harness.results.rundir import new_run_dir
 from harness.static.artifact import ArtifactFacts
 from harness.static.manifest import packaged_manifest
 from harness.static.symbols import read_artifact

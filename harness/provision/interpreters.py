@@ -21,6 +21,7 @@ import subprocess
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
+from harness.config import is_path
 from harness.core.errors import BadInputError
 
 log = logging.getLogger(__name__)
@@ -52,11 +53,6 @@ class Interpreter:
 
     def describe(self) -> str:
         return f"{self.minor} ({self.version}, {self.origin}: {self.path})"
-
-
-def is_path(request: str) -> bool:
-    """A matrix's python names an interpreter's file when it holds a slash or starts with ~."""
-    return "/" in request or request.startswith("~")
 
 
 def inspect(path: Path | str, origin: str = "path") -> Interpreter:

@@ -22,17 +22,16 @@ import jinja2
 from harness.core.files import write_atomic
 from harness.core.status import Status
 from harness.render.grid import Grid
-from harness.results.known_breaks import STATE_MEANING, outcomes
-from harness.results.model import (
+from harness.render.text import (
     FINDING_MARK,
     STATUS_SHORT,
     VERDICT_MEANING,
     VERDICT_SYMBOL,
-    CellResult,
-    RunResult,
     expected_failure_classes,
     headline,
 )
+from harness.results.known_breaks import STATE_MEANING, outcomes
+from harness.results.model import CellResult, RunResult
 from harness.verdict import Verdict
 
 TAIL_BYTES = 6000  # of each log of a cell that did not simply pass

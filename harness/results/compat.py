@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from packaging.version import InvalidVersion, Version
 
 from harness.core.status import Status
-from harness.results.model import CellResult, RunResult, natural_key
+from harness.core.text import natural_key
+from harness.results.model import CellResult, RunResult
 from harness.verdict import Verdict
 
 PROVING = frozenset({Verdict.KEPT, Verdict.UNEXPECTED_PASS})

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.errors import BadInputError
-from harness.results.model import CellResult, RunResult, load_results, md_text, natural_key
+from harness.core.text import md_text, natural_key
+from harness.results.model import CellResult, RunResult, load_results
 from harness.verdict import Verdict
 
 DIFF_JSON_VERSION = 1  # `diff --json` and diff.json

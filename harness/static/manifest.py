@@ -8,14 +8,12 @@ releases export it. ``nox -s manifest`` regenerates ``harness/data/stable_manife
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import functools
 import io
 import json
 import logging
 import re
-import sys
 import zipfile
 from collections.abc import Iterable, Iterator
 from importlib import resources
@@ -297,19 +295,3 @@ def check_manifest(data: dict[str, Any]) -> list[str]:
 def packaged_manifest() -> Manifest:
     text = resources.files("harness.data").joinpath("stable_manifest.json").read_text()
     return Manifest(json.loads(text))
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.static.manifest", description=__doc__)
-    parser.add_argument("wheels", nargs="+", type=Path, help="torch wheels, one per release")
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "data" / "stable_manifest.json")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    manifest = build_manifest(scan_wheel(w) for w in args.wheels)
-    args.out.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-    log.info("wrote %s: %d releases, %d symbols", args.out, len(manifest["releases"]), len(manifest["symbols"]))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

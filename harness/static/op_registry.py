@@ -7,42 +7,30 @@ dispatcher once ``import torch`` has run (``torch._C._dispatch_get_all_op_names`
 ``torch._C._get_schema``: every namespace torch registers itself, ``aten`` included). Each distinct
 schema text is stored once, with the releases where it holds as a bit mask over ``releases``.
 
-Regenerate it with ``python -m harness.static.op_registry`` (``nox -s manifest`` runs it): it runs each
+Regenerate it with ``python tools/gen_op_schemas.py`` (``nox -s manifest`` runs it): it runs each
 release's torch in the harness's cached environment (``--ensure`` makes missing ones). A release
 whose environment is missing keeps what the file already recorded for it.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import functools
 import json
 import logging
-import subprocess
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 from packaging.version import Version
 
-from harness.core.errors import BadInputError, InfrastructureError
+from harness.core.errors import BadInputError
 from harness.static.op_schema import Change, Difference, Schema, compare, overall, parse
 
 log = logging.getLogger(__name__)
 
 OP_SCHEMAS_VERSION = 1
 DATA_FILE = "op_schemas.json"
-DUMP = """
-import json, torch
-out = []
-for name in torch._C._dispatch_get_all_op_names():
-    op, _, overload = name.partition(".")
-    out.append(str(torch._C._get_schema(op, overload)))
-print(json.dumps({"version": torch.__version__, "schemas": sorted(out)}))
-"""
 
 
 def release_of(torch_version: str) -> str:
@@ -68,7 +56,7 @@ class OpSchemas:
         if data.get("schema_version") != OP_SCHEMAS_VERSION:
             raise BadInputError(
                 f"{where}: schema_version {data.get('schema_version')!r}, this harness reads {OP_SCHEMAS_VERSION}; "
-                "regenerate it with `python -m harness.static.op_registry`"
+                "regenerate it with `python tools/gen_op_schemas.py`"
             )
         return cls(tuple(data["releases"]), data["schemas"])
 
@@ -81,7 +69,7 @@ class OpSchemas:
     def to_json(self) -> dict[str, Any]:
         return {
             "schema_version": OP_SCHEMAS_VERSION,
-            "generated_by": "python -m harness.static.op_registry",
+            "generated_by": "python tools/gen_op_schemas.py",
             "releases": list(self.releases),
             "schemas": {text: self.masks[text] for text in sorted(self.masks, key=lambda t: (op_key(t), t))},
         }
@@ -202,78 +190,3 @@ def diff_releases(
 
 
 # --- the generator -------------------------------------------------------------------------------
-
-
-def dump_release(python: Path) -> list[str]:
-    """Every registered schema of the torch that `python` imports (a few seconds: it imports torch)."""
-    command = [str(python), "-c", DUMP]
-    log.info("%s -c <dump the dispatcher's schemas>", python)
-    proc = subprocess.run(command, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise InfrastructureError(
-            f"{python}: dumping op schemas failed (exit {proc.returncode}): {proc.stderr[-2000:]}"
-        )
-    schemas: list[str] = json.loads(proc.stdout.strip().splitlines()[-1])["schemas"]
-    for text in schemas:
-        parse(text)  # refuse to record what the reader cannot read
-    return schemas
-
-
-def generate(releases: Sequence[str], pythons: dict[str, Path], previous: OpSchemas | None) -> OpSchemas:
-    """Schemas of each release, read from its python where given, else kept from previous."""
-    holds: dict[str, set[str]] = {}
-    for release in releases:
-        if release in pythons:
-            texts: Iterable[str] = dump_release(pythons[release])
-        elif previous is not None and release in previous.releases:
-            log.warning("torch %s: no environment here, keeping its recorded schemas", release)
-            texts = previous.texts(release).values()
-        else:
-            raise BadInputError(
-                f"torch {release}: no environment to read its schemas from and none recorded; "
-                "run `python -m harness.static.op_registry --ensure` to make it"
-            )
-        for text in texts:
-            holds.setdefault(text, set()).add(release)
-    return OpSchemas.of(releases, holds)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    from harness.config import DEFAULT_PYTHON
-    from harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
-    from harness.provision.sources import ResolvedSources
-    from harness.static.manifest import packaged_manifest
-
-    parser = argparse.ArgumentParser(prog="python -m harness.static.op_registry", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--ensure", action="store_true", help="make the environments of releases not cached here")
-    parser.add_argument("--output", type=Path, default=Path(__file__).parent / "data" / DATA_FILE)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    releases = sorted(packaged_manifest().releases, key=Version)
-    envs = EnvManager(default_cache_dir(), ResolvedSources(None, (), (), ""))
-    pythons: dict[str, Path] = {}
-    for release in releases:
-        spec = EnvSpec(Version(release), "auto", DEFAULT_PYTHON)
-        env = envs.ensure(spec) if args.ensure else envs.cached(spec)
-        if env is not None:
-            pythons[release] = env.python
-    previous = None
-    if args.output.is_file():
-        previous = OpSchemas.from_json(json.loads(args.output.read_text()), str(args.output))
-    result = generate(releases, pythons, previous)
-    args.output.write_text(json.dumps(result.to_json(), indent=0, separators=(",", ":")) + "\n")
-    for release in releases:
-        names, overloads = result.count(release, "aten")
-        log.info(
-            "torch %s: %d aten ops, %d aten overloads; %d overloads in all",
-            release,
-            names,
-            overloads,
-            result.count(release)[1],
-        )
-    log.info("wrote %s (%d distinct schemas, %d bytes)", args.output, len(result.masks), args.output.stat().st_size)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

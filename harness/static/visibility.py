@@ -7,13 +7,12 @@ oldest supported level to the release's own, without and with ``USE_CUDA``; the
 target, and the preprocessor's line markers (``# N "file" flags``: 1 entering an
 include, 2 returning) give the header chain that brought each one in.
 
-``python -m harness.static.visibility`` writes ``harness/data/stable_visibility.json``
+``python tools/gen_visibility.py`` writes ``harness/data/stable_visibility.json``
 (``nox -s manifest`` runs it); only ``audit-guards`` loads it.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import functools
 import json
@@ -21,7 +20,6 @@ import logging
 import os
 import re
 import subprocess
-import sys
 import tempfile
 import zipfile
 from collections.abc import Iterator, Sequence
@@ -342,29 +340,3 @@ def include_of_dir(path: Path) -> HeaderSource:
 def sources_of(paths: Sequence[Path], workdir: Path) -> Iterator[HeaderSource]:
     for path in paths:
         yield include_of_wheel(path, workdir) if path.suffix == ".whl" else include_of_dir(path)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.static.visibility", description=__doc__)
-    parser.add_argument("sources", nargs="+", type=Path, help="torch wheels or torch/include directories")
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "data" / "stable_visibility.json")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    cuda = find_cuda_include()
-    if cuda is None:
-        log.warning("no CUDA headers (CUDA_HOME/include/cuda_runtime_api.h): headeronly/cuda is preprocessed without")
-    scans = []
-    with tempfile.TemporaryDirectory(prefix="visibility-wheels-") as tmp:
-        for source in sources_of(args.sources, Path(tmp)):
-            if ApiLevel.of(Version(source.release)) < OLDEST_TARGET:
-                log.info("%s: older than the oldest target %s, nothing to preprocess", source.release, OLDEST_TARGET)
-                continue
-            scans.append(scan_include(source.include, source.release, cuda_include=cuda))
-    data = build_visibility(scans)
-    args.out.write_text(json.dumps(data, separators=(",", ":"), sort_keys=True) + "\n")
-    log.info("wrote %s: %d releases", args.out, len(data["releases"]))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -18,7 +18,7 @@ from kit import harness
 from playwright.sync_api import Page
 from synthetic import synthetic_run
 
-from harness.results.model import VERDICT_SYMBOL
+from harness.render.text import VERDICT_SYMBOL
 from harness.verdict import Verdict
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,9 +12,9 @@ from packaging.version import Version
 
 from harness.build import IGNORED
 from harness.config import DEFAULT_PYTHON, Sources
+from harness.core.text import md_text
 from harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
 from harness.provision.sources import resolve_sources
-from harness.results.model import md_text
 
 RUNTIMES = ("2.10.0", "2.13.0", "2.15.0")
 TESTS = {"passed": 9, "failed": 0, "skipped": 0, "errors": 0}  # 4 + 2 + 2 device-type + 1 hypothesis

@@ -16,7 +16,8 @@ from harness.config import CudaPolicy, load_matrix
 from harness.core.schema import load_schema
 from harness.core.status import Condition, Status
 from harness.plan import Cell, PlanIdentity, make_plan
-from harness.results.model import CellResult, RunResult, expected_failure_classes, summary_markdown
+from harness.render.text import expected_failure_classes, summary_markdown
+from harness.results.model import CellResult, RunResult
 from harness.static.artifact import ArtifactFacts, RuntimeFacts, cuda_major, python_problem, unmet, wheel_tags
 from harness.static.manifest import Manifest
 from harness.static.predict import ArtifactImports, Predicted, findings, predict

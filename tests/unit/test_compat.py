@@ -9,8 +9,8 @@ from synthetic import synthetic_run
 
 from harness.cli import main
 from harness.core.status import Status
+from harness.render.report import write_report
 from harness.results.compat import claims, markdown
-from harness.results.model import write_report
 from harness.verdict import Verdict
 
 BUILD = "ext1@b2.14.1-t2.10"  # target 2.10: passes from 2.10 on, fails to load on 2.9 as promised

@@ -7,9 +7,11 @@ from pathlib import Path
 import jsonschema
 from test_report import BROKEN, EXPECTED_FAIL, KEPT, run_of
 
-from harness.collect import DocDifference, doc_differences
 from harness.core.schema import load_schema
-from harness.results.model import load_results, summary_markdown, write_report
+from harness.render.report import write_report
+from harness.render.text import summary_markdown
+from harness.results.cases import DocDifference, doc_differences
+from harness.results.model import load_results
 
 ENUM = "a ScalarType return reaches Python as its int code, not a torch.dtype"
 

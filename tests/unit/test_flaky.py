@@ -12,8 +12,9 @@ from test_report import BROKEN, KEPT, result, run_of
 from harness.core.errors import ExitCode
 from harness.core.schema import load_schema
 from harness.core.status import Status
+from harness.render.report import write_report
 from harness.results.diff import compare
-from harness.results.model import CellResult, load_results, write_report
+from harness.results.model import CellResult, load_results
 from harness.verdict import Verdict
 
 PASSED_AGAIN = dataclasses.replace(BROKEN, status=Status.PASS, verdict=Verdict.KEPT, reason="", logs={"stdout": "a2"})

@@ -10,19 +10,14 @@ import pytest
 from rich.cells import cell_len
 
 from harness.cli import print_grid
-from harness.collect import CaseCounts
 from harness.core.status import Condition, Status
+from harness.core.text import natural_key
 from harness.plan import PlanIdentity
 from harness.render.grid import CORNER, NOT_RUN, NOT_RUN_MEANING, Grid
-from harness.results.model import (
-    CellResult,
-    RunResult,
-    grid_mark,
-    load_results,
-    natural_key,
-    summary_markdown,
-    write_report,
-)
+from harness.render.report import write_report
+from harness.render.text import grid_mark, summary_markdown
+from harness.results.cases import CaseCounts
+from harness.results.model import CellResult, RunResult, load_results
 from harness.verdict import Expected, Verdict
 
 DEFAULT_PYTHON = "3.11"  # the matrix's: runtimes on it have no -py suffix

@@ -10,8 +10,9 @@ from pathlib import Path
 from synthetic import synthetic_run
 
 from harness.render.html import TAIL_BYTES, render, tail, write_html
+from harness.render.report import write_report
+from harness.render.text import VERDICT_SYMBOL
 from harness.results.diff import compare
-from harness.results.model import VERDICT_SYMBOL, write_report
 from harness.verdict import Verdict
 
 

@@ -15,9 +15,10 @@ from harness.config import KnownBreak, load_matrix
 from harness.core.errors import ConfigError, ExitCode
 from harness.core.schema import load_schema
 from harness.core.status import Status
+from harness.render.report import write_report
 from harness.results.diff import compare
 from harness.results.known_breaks import State, acknowledge, outcomes
-from harness.results.model import RunResult, load_results, write_report
+from harness.results.model import RunResult, load_results
 from harness.verdict import Verdict
 
 TODAY = datetime.date(2026, 11, 25)

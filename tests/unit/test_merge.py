@@ -10,14 +10,15 @@ import jsonschema
 import pytest
 
 from harness.cli import main
-from harness.collect import CaseCounts
 from harness.config import load_matrix
 from harness.core.errors import BadInputError
 from harness.core.schema import load_schema
 from harness.core.status import Status
+from harness.merge import merge_reports
 from harness.plan import Cell, Plan, Shard, make_plan
-from harness.results.merge import merge_reports
-from harness.results.model import CellResult, RunResult, write_report
+from harness.render.report import write_report
+from harness.results.cases import CaseCounts
+from harness.results.model import CellResult, RunResult
 from harness.shard import shard_plan
 from harness.verdict import promise
 

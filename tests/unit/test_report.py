@@ -6,13 +6,14 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from harness.collect import CaseCounts
 from harness.config import load_matrix
 from harness.core.errors import ExitCode
 from harness.core.schema import load_schema
 from harness.core.status import Status
 from harness.plan import PlanIdentity, make_plan
-from harness.results.model import CellResult, RunResult, load_results, write_report
+from harness.render.report import write_report
+from harness.results.cases import CaseCounts
+from harness.results.model import CellResult, RunResult, load_results
 from harness.verdict import Expected, Verdict
 
 

@@ -11,9 +11,11 @@ from test_report import BROKEN, ERROR, KEPT, result, run_of
 
 from harness.core.schema import load_schema
 from harness.core.status import Status
+from harness.core.text import md_text
 from harness.provision.host import HostFacts
+from harness.render.report import write_report
 from harness.results.diff import compare
-from harness.results.model import load_results, md_text, write_report
+from harness.results.model import load_results
 from harness.verdict import Verdict
 
 ANSI_ERROR = (

@@ -6,11 +6,11 @@ import pytest
 from test_report import result, run_of
 
 from harness.cli import main
-from harness.collect import CaseCounts
 from harness.core.errors import BadInputError
 from harness.core.status import Status
+from harness.render.report import write_report
+from harness.results.cases import CaseCounts
 from harness.results.diff import compare, load_run
-from harness.results.model import write_report
 from harness.verdict import Expected, Verdict
 
 KEPT = result("b2.13.0", "r2.13.0-cpu", Status.PASS, Verdict.KEPT)

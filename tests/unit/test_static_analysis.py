@@ -211,13 +211,13 @@ def test_reading_a_real_shared_object(tmp_path: Path) -> None:
 
 
 def test_the_committed_coverage_map_is_current() -> None:
-    from harness.coverage_map import main as coverage_map
+    from tools.coverage_map import main as coverage_map
 
-    assert coverage_map(["--check"]) == 0, "extensions/COVERAGE.md is stale: run `python -m harness.coverage_map`"
+    assert coverage_map(["--check"]) == 0, "extensions/COVERAGE.md is stale: run `python -m tools.coverage_map`"
 
 
 def test_the_coverage_map_shows_gaps_as_gaps() -> None:
-    from harness.coverage_map import CHECKLIST, REPO, collect, render
+    from tools.coverage_map import CHECKLIST, REPO, collect, render
 
     found = collect(REPO / "extensions")
     rows = len(CHECKLIST["StableIValue rows"])
