@@ -257,6 +257,7 @@ def _declared_name(path: Path) -> str:
 
 
 def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
+    """Read and check a matrix file; every problem is collected before one ConfigError names them all."""
     doc = Document.load(path)
     if not isinstance(doc.data, dict):
         raise ConfigError(path, ["the file must be a mapping with schema_version, runtimes and builds"])
@@ -266,69 +267,16 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
     data: dict[str, Any] = doc.data
     failed: set[str] = set()
     extensions = discover_extensions(doc, problems, failed)
-
-    runtimes: list[RuntimeSpec] = []
-    for index in range(len(data["runtimes"])):
-        for spec in expand_runtime(doc, index, problems):
-            same = [r for r in runtimes if r.key == spec.key]
-            if same:
-                problems.append(
-                    f"{doc.where(('runtimes', index))}: duplicate runtime {_describe_runtime(spec)} "
-                    "(torch, variant, python and device make a runtime's id; two images of one release need "
-                    "two matrix files)"
-                )
-            else:
-                runtimes.append(spec)
-
+    runtimes = _runtimes(doc, problems)
     python = python_request(doc, data.get("python", DEFAULT_PYTHON)) or DEFAULT_PYTHON
     builds: list[BuildSpec] = []
     for index, item in enumerate(data["builds"]):
-        where = ("builds", index)
-        torch = _release(doc, (*where, "torch"), item["torch"], problems)
-        ext = extensions.get(item["extension"])
-        if ext is None and item["extension"] in failed:
+        build = _build(doc, index, extensions, failed, runtimes, python, problems)
+        if build is None:
             continue
-        if ext is None:
-            known = sorted(extensions)
-            problems.append(
-                f"{doc.where((*where, 'extension'))}: unknown extension {item['extension']!r}; "
-                f"known: {', '.join(known) or '(none found)'}{did_you_mean(item['extension'], known)}"
-            )
-            continue
-        target = ApiLevel.parse(item["target"]) if item.get("target") else None
-        if target is not None and target < ext.min_target:
-            problems.append(
-                f"{doc.where((*where, 'target'))}: target {item['target']!r} is below the extension's "
-                f"min_target {str(ext.min_target)!r}; its sources do not build for that level"
-            )
-        known_runtimes = {str(r.torch) for r in runtimes}
-        only: list[Version] = []
-        for position, text in enumerate(item.get("runtimes", ())):
-            if text not in known_runtimes:
-                problems.append(
-                    f"{doc.where((*where, 'runtimes', position))}: {text!r} is not a runtime of this matrix; "
-                    f"runtimes: {', '.join(sorted(known_runtimes))}{did_you_mean(text, sorted(known_runtimes))}"
-                )
-            else:
-                only.append(parse_release(text))
-        if ext.wheel is not None and torch is not None:
-            problems.extend(
-                f"{doc.where(where)}: {p}" for p in prebuilt.claim_problems(ext.name, ext.wheel, torch, target, python)
-            )
-        cuda = CudaPolicy(item.get("cuda", CudaPolicy.SAME_MAJOR))
-        build = BuildSpec(
-            ext,
-            torch or Version("0"),
-            item.get("variant", "auto"),
-            target,
-            tuple(only),
-            cuda,
-            python_request(doc, item.get("python")),
-        )
-        if any(dataclasses.replace(b, cuda=cuda) == build for b in builds):  # `cuda:` is not part of a build's id
-            problems.append(f"{doc.where(where)}: duplicate build {item!r}")
+        if any(dataclasses.replace(b, cuda=build.cuda) == build for b in builds):  # `cuda:` is not in a build's id
+            problems.append(f"{doc.where(('builds', index))}: duplicate build {item!r}")
         builds.append(build)
-
     acknowledged = known_breaks(doc, problems)
     if problems:
         raise ConfigError(path, problems)
@@ -352,6 +300,75 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
         builds=tuple(builds),
         docker=DockerSettings(**(data.get("docker") or {})),
         known_breaks=acknowledged,
+    )
+
+
+def _runtimes(doc: Document, problems: list[str]) -> list[RuntimeSpec]:
+    """Every entry of `runtimes:` expanded to its combinations, a duplicate refused where it appears."""
+    runtimes: list[RuntimeSpec] = []
+    for index in range(len(doc.data["runtimes"])):
+        for spec in expand_runtime(doc, index, problems):
+            if any(r.key == spec.key for r in runtimes):
+                problems.append(
+                    f"{doc.where(('runtimes', index))}: duplicate runtime {_describe_runtime(spec)} "
+                    "(torch, variant, python and device make a runtime's id; two images of one release need "
+                    "two matrix files)"
+                )
+            else:
+                runtimes.append(spec)
+    return runtimes
+
+
+def _build(
+    doc: Document,
+    index: int,
+    extensions: dict[str, Extension],
+    failed: set[str],
+    runtimes: Sequence[RuntimeSpec],
+    python: str,
+    problems: list[str],
+) -> BuildSpec | None:
+    """One entry of `builds:` checked against the extensions and runtimes; None when it cannot be made."""
+    item = doc.data["builds"][index]
+    where = ("builds", index)
+    torch = _release(doc, (*where, "torch"), item["torch"], problems)
+    ext = extensions.get(item["extension"])
+    if ext is None:
+        if item["extension"] not in failed:  # an extension that failed to load has said why already
+            known = sorted(extensions)
+            problems.append(
+                f"{doc.where((*where, 'extension'))}: unknown extension {item['extension']!r}; "
+                f"known: {', '.join(known) or '(none found)'}{did_you_mean(item['extension'], known)}"
+            )
+        return None
+    target = ApiLevel.parse(item["target"]) if item.get("target") else None
+    if target is not None and target < ext.min_target:
+        problems.append(
+            f"{doc.where((*where, 'target'))}: target {item['target']!r} is below the extension's "
+            f"min_target {str(ext.min_target)!r}; its sources do not build for that level"
+        )
+    known_runtimes = sorted({str(r.torch) for r in runtimes})
+    only: list[Version] = []
+    for position, text in enumerate(item.get("runtimes", ())):
+        if text in known_runtimes:
+            only.append(parse_release(text))
+            continue
+        problems.append(
+            f"{doc.where((*where, 'runtimes', position))}: {text!r} is not a runtime of this matrix; "
+            f"runtimes: {', '.join(known_runtimes)}{did_you_mean(text, known_runtimes)}"
+        )
+    if ext.wheel is not None and torch is not None:
+        problems.extend(
+            f"{doc.where(where)}: {p}" for p in prebuilt.claim_problems(ext.name, ext.wheel, torch, target, python)
+        )
+    return BuildSpec(
+        ext,
+        torch or Version("0"),
+        item.get("variant", "auto"),
+        target,
+        tuple(only),
+        CudaPolicy(item.get("cuda", CudaPolicy.SAME_MAJOR)),
+        python_request(doc, item.get("python")),
     )
 
 

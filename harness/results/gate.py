@@ -27,7 +27,7 @@ from packaging.version import InvalidVersion, Version
 
 from harness.core.errors import BadInputError, ExitCode
 from harness.results.diff import RunDiff
-from harness.results.known_breaks import State, outcomes
+from harness.results.known_breaks import Outcome, State, outcomes
 from harness.results.model import CellResult, RunResult
 from harness.static.abi_diff import AbiDiff
 from harness.verdict import Verdict
@@ -150,62 +150,11 @@ def evidence_of(cell: CellResult, candidate: str, new: bool | None) -> str:
 
 
 def decide(candidate: str, previous: str, abi: AbiDiff, run: RunResult, diff: RunDiff | None) -> Gate:
-    reasons: list[Reason] = []
-    evidence: list[str] = []
-    if abi.removed_exports:
-        reasons.append(
-            Reason(
-                f"the candidate removes {len(abi.removed_exports)} stable export(s) of {abi.old}: "
-                "binaries that use them stop loading",
-                abi.removed_exports,
-            )
-        )
-    if abi.changed_signatures:
-        reasons.append(
-            Reason(
-                f"{len(abi.changed_signatures)} stable shim signature(s) changed since {abi.old}",
-                tuple(f"{c.name}: {c.old} -> {c.new}" for c in abi.changed_signatures),
-            )
-        )
-    evidence.append(
-        f"abi-diff {abi.old} -> {abi.new}: {len(abi.removed_exports)} removed export(s), "
-        f"{len(abi.changed_signatures)} changed signature(s), {len(abi.added_exports)} added export(s), "
-        f"{len(abi.added_declarations)} added declaration(s), {len(abi.changed_guards)} changed version guard(s)"
-    )
-    new_ids = {c.id for c in diff.new_breaks} if diff else None
+    """NO-GO on any reason (the stable surface, a broken promise, an expired known break); else UNDECIDED when a
+    cell errored or the run was interrupted (the matrix did not say everything); else GO."""
     known = outcomes(run.known_breaks, run.cells)
-    expired = {o.entry.name: o for o in known if o.state is State.EXPIRED}
-    broken = sorted((c for c in run.cells if c.verdict is Verdict.BROKEN), key=lambda c: c.id)
-    plain = [c for c in broken if c.known_break not in expired]
-    if plain:
-        reasons.append(
-            Reason(
-                f"{len(plain)} broken promise(s) in the matrix with the candidate on both axes",
-                tuple(evidence_of(c, candidate, None if new_ids is None else c.id in new_ids) for c in plain),
-            )
-        )
-    for name, outcome in sorted(expired.items()):
-        cells = [c for c in broken if c.known_break == name]
-        reasons.append(
-            Reason(
-                f"known break {name} expired on {outcome.entry.expires.isoformat()}: {len(cells)} cell(s) broken "
-                f"again ({outcome.entry.link})",
-                tuple(evidence_of(c, candidate, None) for c in cells),
-            )
-        )
-    forward = [c for c in run.cells if _release(c.build_torch) == candidate]
-    backward = [c for c in run.cells if _release(c.runtime_torch) == candidate]
-    evidence.append(f"matrix run {run.run_id}: {len(run.cells)} cells: {_counted(run.cells)}")
-    for label, cells in (("built on the candidate (forward)", forward), ("run on the candidate (backward)", backward)):
-        evidence.append(f"{label}: {len(cells)} cells, {_counted(cells)}")
-    if diff is not None:
-        evidence.append(
-            f"against baseline {diff.baseline}: {len(diff.new_breaks)} new break(s), {len(diff.fixed)} fixed, "
-            f"{len(diff.known_breaks)} known break(s), {len(diff.changed)} changed, {len(diff.added)} new cell(s)"
-        )
-        evidence += [f"fixed since the baseline: {c.id}: {c.before} -> {c.after}" for c in diff.fixed]
-    accepted = [o for o in known if o.state is State.ACCEPTED]
-    warnings = [o.line() for o in known if o.state in (State.FIXED, State.UNMATCHED)]
+    reasons = [*_abi_reasons(abi), *_matrix_reasons(run, candidate, diff, known)]
+    evidence = [_abi_evidence(abi), *_matrix_evidence(run, candidate, diff)]
     errors = [c for c in run.cells if c.verdict is Verdict.ERROR]
     if reasons:
         decision = Decision.NO_GO
@@ -225,11 +174,80 @@ def decide(candidate: str, previous: str, abi: AbiDiff, run: RunResult, diff: Ru
         decision=decision,
         reasons=tuple(reasons),
         evidence=tuple(evidence),
-        known_breaks=tuple(o.line() for o in accepted),
-        warnings=tuple(warnings),
+        known_breaks=tuple(o.line() for o in known if o.state is State.ACCEPTED),
+        warnings=tuple(o.line() for o in known if o.state in (State.FIXED, State.UNMATCHED)),
         run_id=run.run_id,
         baseline=diff.baseline if diff else None,
     )
+
+
+def _abi_reasons(abi: AbiDiff) -> list[Reason]:
+    reasons: list[Reason] = []
+    if abi.removed_exports:
+        reasons.append(
+            Reason(
+                f"the candidate removes {len(abi.removed_exports)} stable export(s) of {abi.old}: "
+                "binaries that use them stop loading",
+                abi.removed_exports,
+            )
+        )
+    if abi.changed_signatures:
+        reasons.append(
+            Reason(
+                f"{len(abi.changed_signatures)} stable shim signature(s) changed since {abi.old}",
+                tuple(f"{c.name}: {c.old} -> {c.new}" for c in abi.changed_signatures),
+            )
+        )
+    return reasons
+
+
+def _abi_evidence(abi: AbiDiff) -> str:
+    return (
+        f"abi-diff {abi.old} -> {abi.new}: {len(abi.removed_exports)} removed export(s), "
+        f"{len(abi.changed_signatures)} changed signature(s), {len(abi.added_exports)} added export(s), "
+        f"{len(abi.added_declarations)} added declaration(s), {len(abi.changed_guards)} changed version guard(s)"
+    )
+
+
+def _matrix_reasons(run: RunResult, candidate: str, diff: RunDiff | None, known: Sequence[Outcome]) -> list[Reason]:
+    """Broken promises not acknowledged by a known break, and known breaks that expired (each its own reason)."""
+    new_ids = {c.id for c in diff.new_breaks} if diff else None
+    expired = {o.entry.name: o for o in known if o.state is State.EXPIRED}
+    broken = sorted((c for c in run.cells if c.verdict is Verdict.BROKEN), key=lambda c: c.id)
+    plain = [c for c in broken if c.known_break not in expired]
+    reasons: list[Reason] = []
+    if plain:
+        reasons.append(
+            Reason(
+                f"{len(plain)} broken promise(s) in the matrix with the candidate on both axes",
+                tuple(evidence_of(c, candidate, None if new_ids is None else c.id in new_ids) for c in plain),
+            )
+        )
+    for name, outcome in sorted(expired.items()):
+        cells = [c for c in broken if c.known_break == name]
+        reasons.append(
+            Reason(
+                f"known break {name} expired on {outcome.entry.expires.isoformat()}: {len(cells)} cell(s) broken "
+                f"again ({outcome.entry.link})",
+                tuple(evidence_of(c, candidate, None) for c in cells),
+            )
+        )
+    return reasons
+
+
+def _matrix_evidence(run: RunResult, candidate: str, diff: RunDiff | None) -> list[str]:
+    forward = [c for c in run.cells if _release(c.build_torch) == candidate]
+    backward = [c for c in run.cells if _release(c.runtime_torch) == candidate]
+    evidence = [f"matrix run {run.run_id}: {len(run.cells)} cells: {_counted(run.cells)}"]
+    for label, cells in (("built on the candidate (forward)", forward), ("run on the candidate (backward)", backward)):
+        evidence.append(f"{label}: {len(cells)} cells, {_counted(cells)}")
+    if diff is not None:
+        evidence.append(
+            f"against baseline {diff.baseline}: {len(diff.new_breaks)} new break(s), {len(diff.fixed)} fixed, "
+            f"{len(diff.known_breaks)} known break(s), {len(diff.changed)} changed, {len(diff.added)} new cell(s)"
+        )
+        evidence += [f"fixed since the baseline: {c.id}: {c.before} -> {c.after}" for c in diff.fixed]
+    return evidence
 
 
 def candidate_ref(candidate: str, wheel: Path | None, find_links: Sequence[str], releases: Sequence[str]) -> str:
