@@ -32,9 +32,10 @@ from harness.core.status import Condition
 from harness.core.text import natural_key, plain_text
 from harness.core.versions import ApiLevel
 from harness.plan import Plan, Shard, make_plan
-from harness.provision.catalog import UNKNOWN, Catalog, Filters, discover, host_platforms, sources_of
+from harness.provision.catalog import UNKNOWN, Catalog, Filters, discover, host_platforms
 from harness.provision.catalog import Runtime as ServedRuntime
 from harness.provision.envs import Env, default_cache_dir
+from harness.provision.index import sources_of
 from harness.provision.sources import resolve_sources
 from harness.render.grid import NOT_RUN, NOT_RUN_MEANING, Grid
 from harness.render.text import VERDICT_SYMBOL, expected_failure_classes, grid_mark

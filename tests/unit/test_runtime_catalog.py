@@ -15,18 +15,8 @@ from packaging.specifiers import SpecifierSet
 
 from harness.cli import main
 from harness.core.schema import load_schema
-from harness.provision.catalog import (
-    JSON_SIMPLE,
-    Catalog,
-    Filters,
-    Hidden,
-    Listed,
-    Source,
-    SourceKind,
-    cuda_from_requirements,
-    discover,
-    wheels_of,
-)
+from harness.provision.catalog import Catalog, Filters, Hidden, cuda_from_requirements, discover, wheels_of
+from harness.provision.index import JSON_SIMPLE, Listed, Source, SourceKind
 
 HOST = frozenset({"manylinux_2_28_x86_64", "linux_x86_64", "any"})  # the platform the tests pretend to be on
 LINUX = "manylinux_2_28_x86_64"
