@@ -24,7 +24,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from harness.build import Builder
-from harness.config import Matrix, load_matrix
+from harness.config import Matrix
+from harness.config.matrix import load_matrix
 from harness.execute import sandbox
 from harness.pipeline import env_spec
 from harness.plan import Plan, make_plan

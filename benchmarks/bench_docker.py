@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.config import load_matrix
+from harness.config.matrix import load_matrix
 from harness.core.versions import parse_release
 from harness.execute.container.engine import connect
 from harness.execute.container.images import ensure_baked, ensure_base

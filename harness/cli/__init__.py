@@ -25,7 +25,8 @@ from rich.table import Table
 from harness import __version__
 from harness.build import BuildResult
 from harness.candidate import with_candidate
-from harness.config import DEFAULT_MATRIX, Matrix, Sources, load_matrix, with_overrides
+from harness.config import DEFAULT_MATRIX, Matrix, Sources
+from harness.config.matrix import load_matrix, with_overrides
 from harness.core.errors import BadInputError, ExitCode, HarnessError
 from harness.core.files import writable_dir, write_atomic
 from harness.core.status import Condition

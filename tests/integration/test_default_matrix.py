@@ -4,7 +4,7 @@ from pathlib import Path
 
 from kit import cells_by_id, harness, latest_results
 
-from harness.config import load_matrix
+from harness.config.matrix import load_matrix
 from harness.plan import make_plan
 
 # What the no-target 2.15 build lacks on each older runtime, as the loader names it.

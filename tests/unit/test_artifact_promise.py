@@ -12,7 +12,8 @@ import pytest
 from packaging.utils import parse_wheel_filename
 
 from harness.cli import main
-from harness.config import CudaPolicy, load_matrix
+from harness.config import CudaPolicy
+from harness.config.matrix import load_matrix
 from harness.core.schema import load_schema
 from harness.core.status import Condition, Status
 from harness.plan import Cell, PlanIdentity, make_plan

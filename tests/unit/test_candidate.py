@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from harness.candidate import candidate_extensions, with_candidate
-from harness.config import load_matrix
+from harness.config.matrix import load_matrix
 from harness.core.errors import ConfigError
 from harness.plan import make_plan
 from harness.verdict import Expected, promise

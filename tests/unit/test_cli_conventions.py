@@ -108,7 +108,7 @@ def test_a_key_given_twice_in_yaml_is_refused_with_both_lines(tmp_path: Path) ->
         builds: []
         """,
     )
-    from harness.config import load_matrix
+    from harness.config.matrix import load_matrix
 
     with pytest.raises(ConfigError) as info:
         load_matrix(path)

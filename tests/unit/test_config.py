@@ -3,7 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import CudaPolicy, load_matrix
+from harness.config import CudaPolicy
+from harness.config.matrix import load_matrix
 from harness.core.errors import ConfigError
 from harness.core.versions import ApiLevel
 

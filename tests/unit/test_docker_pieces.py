@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import DockerSettings, load_matrix, with_overrides
+from harness.config import DockerSettings
+from harness.config.matrix import load_matrix, with_overrides
 from harness.core.errors import ConfigError
 from harness.execute.container.backend import _exit_code, container_settings, docker_run_line
 from harness.execute.container.engine import EngineError, connect

@@ -11,7 +11,8 @@ import jsonschema
 import pytest
 from test_report import BROKEN, KEPT, run_of
 
-from harness.config import KnownBreak, load_matrix
+from harness.config import KnownBreak
+from harness.config.matrix import load_matrix
 from harness.core.errors import ConfigError, ExitCode
 from harness.core.schema import load_schema
 from harness.core.status import Status

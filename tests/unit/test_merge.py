@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 
 from harness.cli import main
-from harness.config import load_matrix
+from harness.config.matrix import load_matrix
 from harness.core.errors import BadInputError
 from harness.core.schema import load_schema
 from harness.core.status import Status

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import load_matrix
+from harness.config.matrix import load_matrix
 from harness.core.errors import SelectionError
 from harness.core.status import Status
 from harness.plan import make_plan

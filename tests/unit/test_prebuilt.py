@@ -11,7 +11,7 @@ import pytest
 from packaging.version import Version
 
 from harness.build import Builder
-from harness.config import load_matrix
+from harness.config.matrix import load_matrix
 from harness.core.errors import BadInputError, ConfigError
 from harness.core.versions import ApiLevel
 from harness.plan import make_plan

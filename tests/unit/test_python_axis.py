@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import load_matrix
+from harness.config.matrix import load_matrix
 from harness.core.errors import BadInputError, ConfigError
 from harness.plan import make_plan
 from harness.provision import interpreters

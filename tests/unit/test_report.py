@@ -6,7 +6,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from harness.config import load_matrix
+from harness.config.matrix import load_matrix
 from harness.core.errors import ExitCode
 from harness.core.schema import load_schema
 from harness.core.status import Status

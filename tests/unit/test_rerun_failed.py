@@ -8,7 +8,7 @@ import pytest
 from test_merge import write_run
 
 from harness.cli import main
-from harness.config import load_matrix
+from harness.config.matrix import load_matrix
 from harness.core.status import Status
 from harness.plan import make_plan
 from harness.verdict import Verdict

@@ -7,7 +7,7 @@ import jsonschema
 import pytest
 
 from harness.cli import main, parser
-from harness.config import load_matrix
+from harness.config.matrix import load_matrix
 from harness.core.schema import load_schema
 from harness.plan import Cell, Plan, PlanIdentity, Shard, make_plan
 from harness.shard import CELL_SECONDS, build_seconds, fan_out, partition, shard_plan

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import load_extension
+from harness.config.extension import load_extension
 from harness.core.commands import uv_explanation
 from harness.core.errors import ConfigError
 from harness.provision.testdeps import overlay_key

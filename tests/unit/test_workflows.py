@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from harness.cli import parser
-from harness.config import load_matrix
+from harness.config.matrix import load_matrix
 from harness.plan import make_plan
 from harness.shard import fan_out
 

@@ -1,259 +1,37 @@
-"""matrix.yaml and extension.yaml -> frozen dataclasses, validated against the package's schemas."""
+"""matrix.yaml -> Matrix: runtimes expanded, builds checked against extensions and runtimes, known breaks dated;
+every problem collected before one ConfigError names them all."""
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
-import enum
 import itertools
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import Version
 
+from harness.config import (
+    DEFAULT_MATRIX,
+    DEFAULT_PYTHON,
+    BuildSpec,
+    CudaPolicy,
+    DockerSettings,
+    Extension,
+    KnownBreak,
+    Matrix,
+    RuntimeSpec,
+    Settings,
+    Sources,
+    is_path,
+)
+from harness.config.extension import discover_extensions
 from harness.core.errors import ConfigError
 from harness.core.schema import Document, did_you_mean
 from harness.core.versions import ApiLevel, parse_release
 from harness.static import prebuilt
-
-Device = Literal["cpu", "cuda"]
-DEFAULT_MATRIX = Path("matrix.yaml")
-DEFAULT_PYTHON = "3.11"
-
-
-class CudaPolicy(enum.StrEnum):
-    """A build's `cuda:`: on which CUDA runtimes a build that needs CUDA libraries is promised."""
-
-    SAME_MAJOR = "same-major"  # only where the runtime's torch ships the CUDA major its libraries name
-    ANY = "any"  # on every CUDA build of torch, whatever its major (it must work across majors)
-
-
-@dataclasses.dataclass(frozen=True)
-class Settings:
-    cell_timeout: float = 300.0
-    build_timeout: float = 900.0
-    # Modules each forkserver imports once after torch and pytest, so that no forked cell pays for them:
-    # torch.library.opcheck's machinery is ~1,200 modules and 2.4 s per cell.
-    preload: tuple[str, ...] = ("torch.testing._internal.optests",)
-
-
-@dataclasses.dataclass(frozen=True)
-class Sources:
-    """Package sources for uv. uv's own UV_* variables still apply on top of these."""
-
-    inherit_pip_config: bool = True
-    index_url: str | None = None
-    extra_index_urls: tuple[str, ...] = ()
-    find_links: tuple[str, ...] = ()
-    index_strategy: str = "unsafe-best-match"
-
-
-@dataclasses.dataclass(frozen=True)
-class DockerSettings:
-    """The docker backend: how runtime images are made and what each cell container may use."""
-
-    route: Literal["mounted", "baked"] = "mounted"
-    base_image: str | None = None
-    debian_mirror: str = "http://deb.debian.org/debian"
-    memory: str = "8g"
-    pids: int = 4096
-    tmpfs: str = "2g"
-
-
-@dataclasses.dataclass(frozen=True)
-class Extension:
-    """An extension under test: its sources, recipe and conformance suite."""
-
-    name: str
-    module: str
-    min_target: ApiLevel
-    stable: bool
-    recipe: str
-    root: Path
-    tests: Path
-    expect: str | None = None  # a negative control's status where it loads: TEST_FAILED, CRASHED or TIMEOUT
-    timeout: float | None = None
-    wheel: Path | None = None  # recipe 'wheel': the user's prebuilt wheel, unpacked instead of built
-    # What the suite needs beyond torch, pytest and numpy (requirement strings, `-r` files read): an overlay per runtime
-    test_requires: tuple[str, ...] = ()
-
-
-@dataclasses.dataclass(frozen=True)
-class RuntimeSpec:
-    torch: Version
-    variant: str = "auto"
-    device: Device = "cpu"
-    image: str | None = None  # docker backend: an image that already holds this release
-    python: str | None = None  # a version (3.10) or an interpreter's path; None: the matrix's python
-
-    @property
-    def key(self) -> tuple[Version, str, Device, str | None]:
-        """What makes two runtime entries the same runtime."""
-        return (self.torch, self.variant, self.device, self.python)
-
-
-@dataclasses.dataclass(frozen=True)
-class BuildSpec:
-    extension: Extension
-    torch: Version
-    variant: str = "auto"
-    target: ApiLevel | None = None
-    runtimes: tuple[Version, ...] = ()  # empty: every runtime of the matrix
-    cuda: CudaPolicy = CudaPolicy.SAME_MAJOR
-    python: str | None = None  # a version (3.10) or an interpreter's path; None: the matrix's python
-
-
-@dataclasses.dataclass(frozen=True)
-class KnownBreak:
-    """A broken cell acknowledged until a date (matrix.yaml `known_breaks:`): while it holds, a broken cell its
-    selectors match is a known_break and does not fail the run; after `expires` it fails again, named."""
-
-    name: str
-    cells: tuple[str, ...]  # selectors, as -k takes them
-    reason: str
-    link: str
-    expires: datetime.date  # the last day it holds
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "cells": list(self.cells),
-            "reason": self.reason,
-            "link": self.link,
-            "expires": self.expires.isoformat(),
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> KnownBreak:
-        expires = datetime.date.fromisoformat(data["expires"])
-        return cls(data["name"], tuple(data["cells"]), data["reason"], data["link"], expires)
-
-
-@dataclasses.dataclass(frozen=True)
-class Matrix:
-    path: Path
-    python: str
-    settings: Settings
-    sources: Sources
-    extensions: dict[str, Extension]
-    runtimes: tuple[RuntimeSpec, ...]
-    builds: tuple[BuildSpec, ...]
-    docker: DockerSettings = DockerSettings()
-    known_breaks: tuple[KnownBreak, ...] = ()
-    candidate: str | None = None  # `run --candidate`: a release added as a runtime and as a build torch
-
-
-def load_extension(directory: Path) -> Extension:
-    doc = Document.load(directory / "extension.yaml")
-    problems = doc.schema_problems("extension")
-    if problems:
-        raise ConfigError(doc.path, problems)
-    data: dict[str, Any] = doc.data
-    tests = (directory / data["tests"]).resolve()
-    problems = []
-    if not tests.is_dir():
-        problems.append(f"{doc.where(('tests',))}: {data['tests']!r} is not a directory under {directory}")
-    wheel = prebuilt.wheel_of(doc, directory, problems)
-    test_requires = test_requirements(doc, directory, problems)
-    if problems:
-        raise ConfigError(doc.path, problems)
-    return Extension(
-        name=data["name"],
-        module=data["module"],
-        min_target=ApiLevel.parse(data["min_target"]),
-        stable=data.get("stable", True),
-        recipe=data["recipe"],
-        root=directory.resolve(),
-        tests=tests,
-        expect=data.get("expect"),
-        timeout=data.get("timeout"),
-        wheel=wheel,
-        test_requires=test_requires,
-    )
-
-
-def test_requirements(doc: Document, directory: Path, problems: list[str]) -> tuple[str, ...]:
-    """`test_requires:` as requirement strings, in order, each once: `-r FILE` entries read (relative to
-    extension.yaml; nested `-r` relative to the file naming them); an invalid line is a problem naming it."""
-    found: list[str] = []
-    for index, item in enumerate(doc.data.get("test_requires") or []):
-        _requirement_line(item, doc.where(("test_requires", index)), directory, found, problems, ())
-    return tuple(dict.fromkeys(found))
-
-
-def _requirement_line(
-    line: str, where: str, base: Path, found: list[str], problems: list[str], reading: tuple[Path, ...]
-) -> None:
-    text = line.split(" #", 1)[0].strip() if not line.lstrip().startswith("#") else ""
-    if not text:
-        return
-    option, _, value = text.partition(" ")
-    if option in ("-r", "--requirement") and value.strip():
-        path = (base / value.strip()).resolve()
-        if path in reading:
-            problems.append(f"{where}: {value.strip()!r} includes itself")
-            return
-        try:
-            lines = path.read_text().splitlines()
-        except (OSError, UnicodeDecodeError) as exc:
-            problems.append(f"{where}: cannot read the requirements file {value.strip()!r} ({path}): {exc}")
-            return
-        for number, inner in enumerate(lines, 1):
-            _requirement_line(inner, f"{path}: line {number}", path.parent, found, problems, (*reading, path))
-        return
-    if text.startswith("-"):
-        problems.append(
-            f"{where}: {text!r}: only requirements (`expecttest`, `hypothesis>=6`) and `-r FILE` are read here; "
-            "package sources come from the matrix's `sources:` and pip's configuration"
-        )
-        return
-    try:
-        found.append(str(Requirement(text)))
-    except InvalidRequirement as exc:
-        problems.append(f"{where}: {text!r} is not a requirement: {exc}")
-
-
-def discover_extensions(doc: Document, problems: list[str], failed: set[str] | None = None) -> dict[str, Extension]:
-    """extensions/*/extension.yaml next to the matrix, plus the directories it lists."""
-    base = doc.path.parent
-    found: list[tuple[Path, str]] = [
-        (p.parent, "extensions/") for p in sorted((base / "extensions").glob("*/extension.yaml"))
-    ]
-    for index, item in enumerate(doc.data.get("extensions") or []):
-        directory = (base / item["path"]).resolve()
-        if not (directory / "extension.yaml").is_file():
-            problems.append(
-                f"{doc.where(('extensions', index, 'path'))}: {item['path']!r} has no extension.yaml ({directory})"
-            )
-            continue
-        found.append((directory, doc.where(("extensions", index, "path"))))
-    extensions: dict[str, Extension] = {}
-    for directory, origin in found:
-        try:
-            ext = load_extension(directory)
-        except ConfigError as exc:
-            problems.extend(f"{exc.source}: {p}" for p in exc.problems)
-            if failed is not None:  # its builds need no second message calling it unknown
-                failed.add(_declared_name(directory / "extension.yaml"))
-            continue
-        if ext.name in extensions and extensions[ext.name].root != ext.root:
-            problems.append(
-                f"{origin}: extension name {ext.name!r} is used by {extensions[ext.name].root} and {ext.root}"
-            )
-        extensions[ext.name] = ext
-    return extensions
-
-
-def _declared_name(path: Path) -> str:
-    """The name an extension.yaml declares, read leniently: '' when it cannot be read at all."""
-    try:
-        data = Document.load(path).data
-    except ConfigError:
-        return ""
-    return str(data.get("name", "")) if isinstance(data, dict) else ""
 
 
 def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
@@ -505,8 +283,3 @@ def with_overrides(
         find_links=(*matrix.sources.find_links, *(str(Path(f).resolve()) for f in find_links)),
     )
     return dataclasses.replace(matrix, runtimes=tuple(runtimes), sources=sources)
-
-
-def is_path(request: str) -> bool:
-    """A matrix's python names an interpreter's file when it holds a slash or starts with ~."""
-    return "/" in request or request.startswith("~")
