@@ -23,6 +23,7 @@ from pathlib import Path
 
 from harness.config import is_path
 from harness.core.errors import BadInputError
+from harness.provision.sources import uv_binary
 
 log = logging.getLogger(__name__)
 
@@ -141,8 +142,6 @@ def find_all(requests: Iterable[str]) -> dict[str, Interpreter]:
 
 
 def _from_uv(environ: Mapping[str, str]) -> Iterator[Interpreter]:
-    from harness.provision.sources import uv_binary  # sources -> config -> interpreters: imported when used
-
     argv = [uv_binary(), "python", "list", "--only-installed", "--output-format", "json"]
     env = {**environ, "UV_PYTHON_DOWNLOADS": "never"}
     env.pop("VIRTUAL_ENV", None)  # an active venv is not an interpreter to base environments on
