@@ -15,15 +15,12 @@ import dataclasses
 import itertools
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from packaging.version import InvalidVersion, Version
 from rich.cells import cell_len
 
+from harness.results.model import CellResult, RunResult
 from harness.verdict import Verdict
-
-if TYPE_CHECKING:
-    from harness.results.model import CellResult, RunResult
 
 AXES = ("python", "variant", "device")  # what can tell the runtimes of one release apart, in header order
 CORNER = "build \\ runtime"
