@@ -16,14 +16,25 @@ import datetime
 import enum
 import fnmatch
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol, TypeVar
 
 from harness.config import KnownBreak
 from harness.plan import selector_pattern
 from harness.verdict import Verdict
 
-if TYPE_CHECKING:
-    from harness.results.model import CellResult
+
+class Judged(Protocol):
+    """What a known break reads of a cell (a CellResult; the model renders outcomes, so it cannot be imported)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def verdict(self) -> Verdict: ...
+    @property
+    def known_break(self) -> str | None: ...
+
+
+CellT = TypeVar("CellT", bound=Judged)
 
 # A cell that ends so keeps its promise: a known break matching only such cells is fixed.
 PROMISE_KEPT = frozenset({Verdict.KEPT, Verdict.EXPECTED_FAILURE, Verdict.UNEXPECTED_PASS})
@@ -72,10 +83,10 @@ def matches(entry: KnownBreak, cell_id: str) -> bool:
     return any(fnmatch.fnmatchcase(cell_id, selector_pattern(s)) for s in entry.cells)
 
 
-def acknowledge(cells: Sequence[CellResult], entries: Sequence[KnownBreak], today: datetime.date) -> list[CellResult]:
+def acknowledge(cells: Sequence[CellT], entries: Sequence[KnownBreak], today: datetime.date) -> list[CellT]:
     """Each cell with the entry that matches it (one that holds today first) and, for a broken cell under an
     entry that holds, the known_break verdict. A broken cell under an expired entry stays broken."""
-    out: list[CellResult] = []
+    out: list[CellT] = []
     for cell in cells:
         matching = [e for e in entries if matches(e, cell.id)]
         holding = [e for e in matching if e.expires >= today]
@@ -84,11 +95,11 @@ def acknowledge(cells: Sequence[CellResult], entries: Sequence[KnownBreak], toda
             continue
         entry = (holding or matching)[0]
         verdict = Verdict.KNOWN_BREAK if cell.verdict is Verdict.BROKEN and holding else cell.verdict
-        out.append(dataclasses.replace(cell, known_break=entry.name, verdict=verdict))
+        out.append(dataclasses.replace(cell, known_break=entry.name, verdict=verdict))  # type: ignore[type-var]
     return out
 
 
-def outcomes(entries: Sequence[KnownBreak], cells: Sequence[CellResult]) -> list[Outcome]:
+def outcomes(entries: Sequence[KnownBreak], cells: Sequence[Judged]) -> list[Outcome]:
     """Each entry's state, read from the verdicts of the cells that recorded it."""
     result: list[Outcome] = []
     for entry in entries:
