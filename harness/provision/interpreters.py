@@ -4,7 +4,8 @@ A matrix names a Python as a version (``"3.10"``, ``"3.13t"`` for free-threaded)
 an interpreter. A version is looked up among the interpreters uv knows without downloading any
 (its managed installations and those on PATH, in uv's order of preference), then among pyenv's
 versions (``$PYENV_ROOT/versions/*``: pyenv's shims do not answer for a version that is not
-selected, so uv cannot use them). A path is asked what it is. Nothing is looked up until an
+selected, so uv cannot use them), then downloaded by ``uv python install`` unless uv's setting forbids
+downloads. A path is asked what it is. Nothing is looked up until an
 environment is made, so planning a matrix needs no interpreter; a missing one is a BadInputError
 that lists every interpreter found.
 """
@@ -94,7 +95,10 @@ def _discovered() -> tuple[Interpreter, ...]:
 
 
 def find(request: str, environ: Mapping[str, str] | None = None) -> Interpreter:
-    """The interpreter for a matrix's python (a version or a path); BadInputError naming those found."""
+    """The interpreter for a matrix's python (a version or a path): an installed one (uv's listing: managed and on
+    PATH; then pyenv's), else one uv downloads (`uv python install`) unless uv's setting forbids downloads
+    (UV_PYTHON_DOWNLOADS=never, which `run --no-python-downloads` sets, or `python-downloads` in uv.toml);
+    BadInputError naming those found and how to get the one asked for otherwise."""
     if is_path(request):
         return _inspected(request)
     match = VERSION.match(request)
@@ -104,13 +108,47 @@ def find(request: str, environ: Mapping[str, str] | None = None) -> Interpreter:
     for interpreter in found:
         if interpreter.minor == request:
             return _confirmed(interpreter)
+    download = _download(request, os.environ if environ is None else environ)
+    if download.ok:
+        _discovered.cache_clear()
+        for interpreter in candidates(environ):
+            if interpreter.minor == request:
+                return _confirmed(interpreter)
     first = {(i.minor, i.version): i for i in reversed(found)}  # one line per version: its preferred path
     listed = "\n".join(f"    {i.describe()}" for i in found if first[(i.minor, i.version)] is i) or "    (none)"
     raise BadInputError(
-        f"no CPython {request} interpreter found; found:\n{listed}\n"
-        f"  install it (e.g. `pyenv install {request}` or `uv python install {request}`), "
+        f"no CPython {request} interpreter found; found:\n{listed}\n  {download.why}\n"
+        f"  install it (e.g. `uv python install {request}`, `pyenv install {request}` or your system's package), "
         "or give its path as the python of the runtime or build in the matrix"
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class Download:
+    ok: bool
+    why: str  # what was tried and how it ended, for the error when none is found
+
+
+def downloads_forbidden(environ: Mapping[str, str]) -> bool:
+    """uv's own switch, read where uv reads it first (a uv.toml `python-downloads` is uv's to apply)."""
+    return environ.get("UV_PYTHON_DOWNLOADS", "").strip().lower() in ("never", "manual", "0", "false")
+
+
+def _download(request: str, environ: Mapping[str, str]) -> Download:
+    """`uv python install <request>`, logged as the line to run by hand; how it ended, never an exception."""
+    if downloads_forbidden(environ):
+        return Download(False, f"downloads are off (UV_PYTHON_DOWNLOADS={environ['UV_PYTHON_DOWNLOADS']}): not fetched")
+    argv = [uv_binary(), "python", "install", request]
+    log.info("no CPython %s installed: %s", request, " ".join(argv))
+    env = {**environ, "UV_PYTHON_DOWNLOADS": "manual"}  # an explicit install: allowed unless uv.toml says never
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Download(False, f"`uv python install {request}` did not run: {exc}")
+    if proc.returncode == 0:
+        return Download(True, f"`uv python install {request}` installed it")
+    said = [line.strip() for line in (proc.stderr or proc.stdout).splitlines() if line.strip()]
+    return Download(False, f"`uv python install {request}` failed (exit {proc.returncode}): " + " / ".join(said[-3:]))
 
 
 @functools.cache

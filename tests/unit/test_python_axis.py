@@ -2,6 +2,8 @@
 Python only when it is not the matrix's (their grammar, documented in the README), interpreters found
 or refused with the list of those found."""
 
+import json
+import platform
 import re
 import sys
 import textwrap
@@ -178,6 +180,50 @@ def test_a_missing_interpreter_names_every_one_found(tmp_path: Path) -> None:
     assert message.startswith("no CPython 3.99 interpreter found; found:")
     assert "3.12 (3.12.9, pyenv: " in message and "3.10 (3.10.2, pyenv: " in message
     assert "pyenv install 3.99" in message
+    # Then uv was asked to download it (the real uv: it knows no 3.99), and its answer is in the message.
+    assert "`uv python install 3.99` failed (exit 2): error: No download found for request: cpython-3.99" in message
+
+
+def test_no_download_is_tried_where_uvs_setting_forbids_it(tmp_path: Path) -> None:
+    environ = {
+        "PYENV_ROOT": str(tmp_path),
+        "PATH": "/nonexistent",
+        "HOME": str(tmp_path),
+        "UV_PYTHON_DOWNLOADS": "never",
+    }
+    with pytest.raises(BadInputError) as info:
+        interpreters.find("3.99", environ)
+    assert "downloads are off (UV_PYTHON_DOWNLOADS=never): not fetched" in str(info.value)
+    assert "uv python install 3.99` failed" not in str(info.value)
+
+
+def test_an_interpreter_uv_downloads_is_the_one_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """uv's download is not reachable here: a stand-in uv 'installs' this test's own interpreter by listing it
+    only once `uv python install` ran, as uv lists a managed Python it has just installed."""
+    own = f"{sys.version_info.major}.{sys.version_info.minor}"
+    installed = tmp_path / "installed"
+    fake = tmp_path / "uv"
+    listing = json.dumps(
+        [
+            {
+                "implementation": "cpython",
+                "path": sys.executable,
+                "version": platform.python_version(),
+                "variant": "default",
+            }
+        ]
+    )
+    fake.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$2" = install ]; then echo "$3" > {installed}; exit 0; fi\n'
+        f"if [ -e {installed} ]; then echo '{listing}'; else echo '[]'; fi\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setattr(interpreters, "uv_binary", lambda: str(fake))
+    environ = {"PYENV_ROOT": str(tmp_path / "none"), "PATH": "/nonexistent", "HOME": str(tmp_path)}
+    found = interpreters.find(own, environ)
+    assert installed.read_text().strip() == own, "uv python install was asked for the matrix's version"
+    assert found.minor == own and found.origin == "uv"
 
 
 def test_a_version_is_found_and_confirmed_by_running_it() -> None:
