@@ -7,7 +7,7 @@ chunk, and a chunk costlier than an even share (the total over N) is cut into as
 bring it under that share, each paying for the build again. The chunks then go longest-first
 onto the least-loaded shard (a deterministic greedy: ties by first cell id, then by shard
 index). Nothing random, nothing from the clock: every machine of a CI fan-out computes the
-same partition.
+same partition. `plan --json` is written here too, beside the fan-out's job matrix.
 """
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ from typing import Any, TypeVar
 
 from harness.plan import Build, Cell, Plan, Shard
 from harness.results.model import RunResult
+from harness.verdict import promise
+
+PLAN_JSON_VERSION = 1  # `plan --json`; checked against harness/schemas/plan.schema.json
 
 # The cost model, in seconds on 2 cores (README, Performance): a cell is an interpreter, `import
 # torch`, the load and a suite; a build is a compile, once per shard that needs it.
@@ -138,4 +141,26 @@ def fan_out(plan: Plan, count: int, durations: Mapping[str, float] | None = None
             {"shard": str(part.shard), "cells": len(part.cells), "estimated_seconds": part.seconds}
             for part in partition(plan.cells, count, durations)
         ]
+    }
+
+
+def plan_json(plan: Plan) -> dict[str, Any]:
+    """`plan --json`: the plan's identity (a shard's knows the whole plan) and each cell with its promise."""
+    identity = plan.identity
+    return {
+        "schema_version": PLAN_JSON_VERSION,
+        "matrix": identity.matrix,
+        "digest": identity.digest,
+        "shard": identity.shard.to_json() if identity.shard else None,
+        "cells": [
+            {
+                "id": cell.id,
+                "build": cell.build.id,
+                "runtime": cell.runtime.id,
+                "expected": p.expected.value,
+                "why": p.why,
+            }
+            for cell in plan.cells
+            for p in [promise(cell)]
+        ],
     }

@@ -21,11 +21,20 @@ from typing import Any
 
 from packaging.version import Version
 
+from harness.core.errors import BadInputError
 from harness.core.versions import ApiLevel
+from harness.static.header_probe import HeaderFinding, probe_headers
 from harness.static.manifest import Manifest
-from harness.static.visibility import Visibility, find_cuda_include
+from harness.static.visibility import (
+    OLDEST_TARGET,
+    Visibility,
+    find_cuda_include,
+    packaged_visibility,
+    scan_include,
+)
 
 DEVICES_WITHOUT_EXPORTS = ("mps", "xpu")  # Linux CUDA wheels never export these: nothing to compare
+AUDIT_JSON_VERSION = 2  # `audit-guards --json` (2: chain, missing_at, header_findings)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,3 +165,67 @@ def confirm(breaks: list[LatentBreak], include: Path) -> list[LatentBreak]:
                     for i in items
                 ]
     return sorted(confirmed, key=lambda b: (b.header, b.name))
+
+
+@dataclasses.dataclass(frozen=True)
+class GuardAudit:
+    """What `audit-guards` found in one release's headers: latent breaks, and (when probed by compiling)
+    header-only wrappers and macros a build at a target cannot use."""
+
+    release: str
+    min_target: ApiLevel
+    probed: bool  # compiled against the release's torch/include
+    breaks: tuple[LatentBreak, ...]
+    header_findings: tuple[HeaderFinding, ...]
+
+    @property
+    def broken(self) -> bool:
+        """A claim that compiling disproved is no break; an unprobed one still counts."""
+        return any(b.confirmed is not False for b in self.breaks) or bool(self.header_findings)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": AUDIT_JSON_VERSION,
+            "release": self.release,
+            "min_target": str(self.min_target),
+            "probed": self.probed,
+            "latent_breaks": [b.to_json() for b in self.breaks],
+            "header_findings": [f.to_json() for f in self.header_findings],
+        }
+
+
+def auditable_release(manifest: Manifest, text: str) -> str:
+    """The manifest release a person names ('2.12' or '2.12.1'), if its headers have a target to audit."""
+    release = manifest.release(text)
+    if ApiLevel.of(Version(release)) < OLDEST_TARGET:
+        raise BadInputError(
+            f"{release} is older than the oldest target a build can ask for ({OLDEST_TARGET}): no target of its "
+            f"headers to audit; audit {OLDEST_TARGET} or later"
+        )
+    return release
+
+
+def audit_guards(
+    manifest: Manifest, release: str, min_target: ApiLevel, include: Path | None, probe: bool = True
+) -> GuardAudit:
+    """The release's latent breaks from its preprocessed headers (packaged, else scanned from include); with
+    include and probe, each confirmed by compiling, and its header-only wrappers and macros probed too."""
+    visibility = packaged_visibility().get(release)
+    if visibility is None:
+        if include is None:
+            raise BadInputError(
+                f"{release}: its headers were never preprocessed (not in harness/data/stable_visibility.json) "
+                "and there are none here; pass --headers <torch/include> of that release"
+            )
+        visibility = scan_include(include, release, cuda_include=find_cuda_include())
+    breaks = find_latent_breaks(manifest, release, min_target, visibility)
+    if include is None or not probe:
+        return GuardAudit(release, min_target, False, tuple(breaks), ())
+    if breaks:
+        breaks = confirm(breaks, include)
+    exports = exports_by_target(manifest, visibility.targets)
+    header_findings: list[HeaderFinding] = []
+    with tempfile.TemporaryDirectory(prefix="audit-headers-") as tmp:
+        for target in (t for t in visibility.targets if t >= min_target and t in exports):
+            header_findings += probe_headers(include, target, exports[target], Path(tmp))
+    return GuardAudit(release, min_target, True, tuple(breaks), tuple(header_findings))

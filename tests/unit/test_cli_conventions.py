@@ -14,7 +14,8 @@ import pytest
 from test_config import write_matrix
 from test_report import BROKEN, ERROR, KEPT, run_of
 
-from harness.cli import ConsoleObserver, annotate, invoked_as, main, parser, workflow_command
+from harness.cli import invoked_as, main, parser
+from harness.cli.console import ConsoleObserver, annotate, workflow_command
 from harness.core.errors import ConfigError
 from harness.core.schema import load_schema
 
@@ -52,6 +53,14 @@ def test_errors_go_to_stderr_and_leave_stdout_empty(
     code = main([str(tmp_path / a) if a in {"NOT_ELF", "NOPE", "NOPE.yaml"} else a for a in argv])
     out, err = capsys.readouterr()
     assert code in (2, 3) and out == "" and "error" in err, (code, out, err)
+
+
+def test_every_command_names_its_handler_in_its_own_family_module() -> None:
+    """main() runs what each command's parser names; the handler sits in the module that added the parser."""
+    for name, sub in subcommands().items():
+        handler = sub.get_default("handler")
+        assert callable(handler), name
+        assert handler.__module__.startswith("harness.cli.") and handler.__name__.startswith("cmd_"), (name, handler)
 
 
 def test_global_options_after_the_command() -> None:

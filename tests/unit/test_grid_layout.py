@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from rich.cells import cell_len
 
-from harness.cli import print_grid
+from harness.cli.console import print_grid
 from harness.core.status import Condition, Status
 from harness.core.text import natural_key
 from harness.plan import PlanIdentity

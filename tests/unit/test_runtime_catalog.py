@@ -272,7 +272,7 @@ def matrix_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A working directory whose matrix.yaml names its own sources only (no pip configuration, no UV_*)."""
     for name in ("UV_INDEX_URL", "UV_DEFAULT_INDEX", "UV_EXTRA_INDEX_URL", "UV_FIND_LINKS"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr("harness.cli.host_platforms", lambda: HOST)
+    monkeypatch.setattr("harness.cli.runtimes.host_platforms", lambda: HOST)
     work = tmp_path / "work"
     ext = work / "extensions" / "demo"
     (ext / "tests").mkdir(parents=True)

@@ -1,0 +1,361 @@
+"""`run`, `gate` and `plan`: the commands that select cells of the matrix, and run them or say how they would."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from rich.markup import escape
+
+from harness.candidate import with_candidate
+from harness.cli.args import Command, existing_file, positive_int, positive_seconds, shard_spec, wheel_directory
+from harness.cli.console import (
+    ConsoleObserver,
+    annotate,
+    console,
+    emit_json,
+    finish,
+    notes,
+    print_grid,
+    print_plan,
+    print_preamble,
+)
+from harness.cli.reports import against_baseline
+from harness.config import DEFAULT_MATRIX, Matrix
+from harness.config.matrix import load_matrix, with_overrides
+from harness.core.errors import BadInputError, ExitCode
+from harness.core.files import writable_dir, write_atomic
+from harness.plan import Plan, make_plan
+from harness.provision.envs import default_cache_dir
+from harness.results.diff import load_run
+from harness.results.gate import candidate_ref, decide, previous_release
+from harness.results.model import ReportError, RunResult
+from harness.shard import fan_out, measured_durations, partition, plan_json, shard_plan
+from harness.static.abi_diff import diff, surface
+from harness.static.manifest import packaged_manifest
+
+
+def matrix_options(p: argparse.ArgumentParser) -> None:
+    """The matrix, the cells of it (-k), the backend and where torch comes from: `run`, `gate`, `plan`."""
+    p.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX, help="the matrix file (default: %(default)s)")
+    p.add_argument(
+        "-k",
+        "--select",
+        action="append",
+        default=[],
+        metavar="SELECTOR",
+        help="matches any part of a cell id, * ? [...] as wildcards; repeat to add cells",
+    )
+    p.add_argument(
+        "--backend",
+        choices=["venv", "docker"],
+        default="venv",
+        help="where cells run: uv virtualenvs on this host, or hardened Docker containers (default: %(default)s)",
+    )
+    p.add_argument(
+        "--add-runtime",
+        action="append",
+        default=[],
+        metavar="RELEASE[:cuda]",
+        help="a runtime besides the matrix's, e.g. a pre-release or a release candidate (repeatable)",
+    )
+    p.add_argument(
+        "--candidate",
+        default=None,
+        metavar="RELEASE",
+        help="a release candidate on both axes: a runtime, and the build torch of every stable extension "
+        "at every target from its min_target to the candidate's level",
+    )
+    p.add_argument(
+        "--extra-index-url",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="another package index for torch (e.g. a nightly or test index; repeatable)",
+    )
+    p.add_argument(
+        "--find-links",
+        action="append",
+        type=wheel_directory,
+        default=[],
+        metavar="DIR",
+        help="a directory of wheels, e.g. a candidate torch wheel (repeatable)",
+    )
+
+
+def selection_options(p: argparse.ArgumentParser) -> None:
+    """After -k: --rerun-failed narrows the cells, then --shard takes one part of them."""
+    p.add_argument(
+        "--rerun-failed",
+        type=Path,
+        default=None,
+        metavar="REPORT",
+        help="only the cells broken or errored in REPORT (a results.json or reports/<run-id>), within -k",
+    )
+    p.add_argument(
+        "--shard",
+        type=shard_spec,
+        default=None,
+        metavar="K/N",
+        help="only shard K of N: a deterministic part of the selected cells, balanced by estimated time",
+    )
+    p.add_argument(
+        "--durations",
+        type=Path,
+        default=None,
+        metavar="REPORT",
+        help="balance shards by the cells' times in REPORT (others: the cost model); default: the cost model",
+    )
+
+
+def executing_options(p: argparse.ArgumentParser) -> None:
+    """What running cells takes: `run` and `gate`."""
+    p.add_argument(
+        "--rerun-broken",
+        type=positive_int,
+        default=0,
+        metavar="N",
+        help="run a broken cell again up to N times; one that then keeps its promise is flaky (exit 0, named)",
+    )
+    p.add_argument(
+        "-j", "--jobs", type=positive_int, default=os.cpu_count() or 1, help="cells at once (default: cores)"
+    )
+    p.add_argument("--reports-dir", type=Path, default=Path("reports"), help="where reports go (default: %(default)s)")
+    p.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help="environments and builds (default: $HARNESS_CACHE_DIR or the user cache dir)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=positive_seconds,
+        default=None,
+        help="seconds per cell, over the matrix's settings.cell_timeout and an extension's own timeout",
+    )
+    p.add_argument(
+        "--require-gpu",
+        action="store_true",
+        help="a cuda cell that finds no GPU is an ERROR (exit 3), not SKIPPED: for GPU runners",
+    )
+    p.add_argument(
+        "--require-toolchain",
+        action="store_true",
+        help="a build this machine lacks the C++ compiler, nvcc or CUDA headers for is an ERROR (exit 3), not "
+        "SKIPPED (default: SKIPPED with the reason and the fix; --require-gpu implies it)",
+    )
+    p.add_argument(
+        "--executor",
+        choices=["forkserver", "fresh"],
+        default=None,
+        help="venv backend: fork each cell from one process per runtime that imported torch and pytest once, "
+        "or start a fresh interpreter per cell (default: forkserver; cuda runtimes always run fresh)",
+    )
+    p.add_argument(
+        "--docker-route",
+        choices=["mounted", "baked"],
+        default=None,
+        help="docker backend: mount each release's host env read-only, or bake an image per release "
+        "(default: the matrix's docker.route, else mounted)",
+    )
+    p.add_argument(
+        "--keep-containers",
+        action="store_true",
+        help="docker backend, for debugging: leave each cell's container behind (stopped) instead of removing it",
+    )
+    p.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="a previous run (results.json or its directory): write diff.md/diff.json against it",
+    )
+
+
+def add_run(command: Command) -> None:
+    run = command("run", help="build, run and report the matrix")
+    matrix_options(run)
+    selection_options(run)
+    executing_options(run)
+    run.add_argument(
+        "--json",
+        action="store_true",
+        help="results.json's document on stdout when the run ends (the progress and the grid go to stderr)",
+    )
+    run.set_defaults(handler=cmd_run)
+
+
+def add_gate(command: Command) -> None:
+    gate = command(
+        "gate",
+        help="GO or NO-GO for a release candidate: abi-diff, the matrix with the candidate on both axes, "
+        "the diff against the previous release's run",
+    )
+    matrix_options(gate)
+    executing_options(gate)
+    gate.set_defaults(rerun_failed=None, shard=None, durations=None)
+    gate.add_argument(
+        "--previous",
+        default=None,
+        metavar="RELEASE",
+        help="the release abi-diff compares the candidate with (default: the matrix's newest runtime below it)",
+    )
+    gate.add_argument(
+        "--candidate-wheel",
+        type=existing_file,
+        default=None,
+        metavar="WHEEL",
+        help="the candidate's torch wheel for abi-diff (default: one in --find-links, else the manifest's release)",
+    )
+    gate.set_defaults(handler=cmd_gate)
+
+
+def add_plan(command: Command) -> None:
+    plan = command("plan", help="print the selected cells and what each is promised; do nothing else")
+    matrix_options(plan)
+    selection_options(plan)
+    plan.add_argument(
+        "--shards",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="how the selected cells split into N shards; with --json, a job matrix for a CI fan-out",
+    )
+    plan.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    plan.set_defaults(handler=cmd_plan)
+
+
+def load_matrix_with_overrides(args: argparse.Namespace) -> Matrix:
+    matrix = with_overrides(load_matrix(args.matrix), args.add_runtime, args.extra_index_url, args.find_links)
+    return with_candidate(matrix, args.candidate) if args.candidate else matrix
+
+
+def durations_of(args: argparse.Namespace) -> dict[str, float] | None:
+    """--durations: each cell's time in a previous run, to balance shards by (None: the cost model)."""
+    return measured_durations(load_run(args.durations)) if args.durations else None
+
+
+def selected_plan(args: argparse.Namespace) -> Plan:
+    """The cells this invocation is about: -k selectors, then --rerun-failed, then --shard.
+    When --rerun-failed leaves none, it says so (on stderr) and the plan is empty."""
+    matrix = load_matrix_with_overrides(args)
+    plan = make_plan(matrix, args.select, args.backend)
+    durations = durations_of(args)
+    if args.rerun_failed is not None:
+        failed = load_run(args.rerun_failed).failed_ids
+        gone = sorted(failed - {c.id for c in make_plan(matrix, (), args.backend).cells})
+        if gone:
+            notes.print(
+                f"[yellow]warning[/]: {len(gone)} failed cell(s) of {escape(str(args.rerun_failed))} are not in "
+                f"{escape(matrix.path.name)}: {escape(', '.join(gone))}"
+            )
+        plan = plan.only(failed)
+        if not plan.cells:
+            where = "of the matrix selected" if failed else "was broken or errored"
+            notes.print(f"no cell of {escape(str(args.rerun_failed))} {where}: nothing to rerun (exit 0)")
+    if args.shard is not None:
+        plan = shard_plan(plan, args.shard, durations)
+    return plan
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    plan = selected_plan(args)
+    if args.rerun_failed is not None and not plan.cells:  # pytest --lf would run everything; this runs nothing
+        return int(ExitCode.OK)
+    baseline = load_run(args.baseline) if args.baseline else None  # a bad baseline fails before any work
+    run, run_dir = execute(args, plan)
+    if baseline is not None:
+        against_baseline(baseline, run, run_dir)
+    code = finish(run, run_dir)
+    if args.json:
+        emit_json(run.to_json())
+    return code
+
+
+def execute(args: argparse.Namespace, plan: Plan) -> tuple[RunResult, Path]:
+    """Build, run and report the plan's cells (`run`, `gate`); the grid is printed, the report written."""
+    # Only the commands that run cells load the pipeline (executors, builds, the report writers): ~0.4 s.
+    from harness.pipeline import Pipeline, RunOptions, make_backend
+
+    matrix = plan.matrix
+    cache_dir = (args.cache_dir or default_cache_dir()).absolute()  # cells run in their own directory
+    writable_dir(args.reports_dir, "--reports-dir")
+    writable_dir(cache_dir, "--cache-dir" if args.cache_dir else "the cache directory ($HARNESS_CACHE_DIR)")
+    options = RunOptions(
+        reports_dir=args.reports_dir,
+        cache_dir=cache_dir,
+        jobs=args.jobs,
+        cell_timeout=args.timeout,
+        require_gpu=args.require_gpu,
+        rerun_broken=args.rerun_broken,
+        require_toolchain=args.require_toolchain or args.require_gpu,
+    )
+    if args.executor and args.backend != "venv":
+        raise BadInputError(
+            f"--executor {args.executor} is for the venv backend; --backend docker runs a container per cell"
+        )
+    executor = args.executor or "forkserver"
+    backend = make_backend(args.backend, matrix, options.cache_dir, args.docker_route, args.keep_containers, executor)
+    how = f"{executor} processes" if args.backend == "venv" else "one container per cell"
+    shard = f", shard {plan.shard} of {len(plan.unsharded or ())}" if plan.shard else ""
+    print_preamble(plan, f"(backend {args.backend}, {how}, {args.jobs} at a time{shard})")
+    observer = ConsoleObserver()
+    try:
+        run, run_dir = Pipeline(plan, options, observer, backend).execute()
+    except ReportError as exc:  # the results are in hand: show them, then say what could not be written
+        observer.close()
+        print_grid(exc.run)
+        raise
+    observer.close()
+    print_grid(run)
+    annotate(run)
+    return run, run_dir
+
+
+def cmd_gate(args: argparse.Namespace) -> int:
+    """abi-diff, then the matrix with the candidate on both axes, then the baseline diff: GO or NO-GO."""
+    from harness.render.html import write_html  # jinja2: only for the commands that write report.html
+
+    if not args.candidate:
+        raise BadInputError("gate: --candidate RELEASE is required (the release to decide on, e.g. 2.16.0)")
+    plan = selected_plan(args)  # every input is checked before any work: matrix, selectors, baseline, wheel
+    baseline = load_run(args.baseline) if args.baseline else None
+    manifest = packaged_manifest()
+    previous = args.previous or previous_release(
+        args.candidate, [str(r.torch) for r in plan.matrix.runtimes if str(r.torch) != args.candidate]
+    )
+    ref = candidate_ref(args.candidate, args.candidate_wheel, plan.matrix.sources.find_links, manifest.releases)
+    console.print(f"[bold]== abi-diff[/]: {escape(previous)} -> {escape(ref)}")
+    abi = diff(surface(manifest, previous), surface(manifest, ref))
+    run, run_dir = execute(args, plan)
+    result = against_baseline(baseline, run, run_dir) if baseline is not None else None
+    gate = decide(args.candidate, previous, abi, run, result)
+    write_atomic(run_dir / "gate.md", gate.markdown())
+    write_atomic(run_dir / "gate.json", json.dumps(gate.to_json(), indent=2, ensure_ascii=False) + "\n")
+    write_html(run, run_dir)
+    console.print()
+    console.print(escape(gate.markdown()), soft_wrap=True)
+    style = {ExitCode.OK: "bold green", ExitCode.BROKEN: "bold red"}.get(gate.exit_code, "bold magenta")
+    console.print(f"report: {run_dir}/gate.md, gate.json, report.html, summary.md, results.json")
+    console.print(f"[{style}]{gate.decision.value}[/] for torch {escape(args.candidate)} (exit {int(gate.exit_code)})")
+    return int(gate.exit_code)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    if args.shards is not None and args.shard is not None:
+        raise BadInputError("plan: --shards N (the whole partition) and --shard K/N (one part) exclude each other")
+    plan = selected_plan(args)
+    durations = durations_of(args)
+    if args.json:
+        emit_json(fan_out(plan, args.shards, durations) if args.shards else plan_json(plan))
+        return int(ExitCode.OK)
+    print_preamble(plan, "(dry run: nothing is built or run)")
+    if args.shards:
+        for part in partition(plan.cells, args.shards, durations):
+            console.print(
+                f"   shard {part.shard}: {len(part.cells)} cell(s), {part.builds} build(s), ~{part.seconds:.0f} s"
+            )
+        return int(ExitCode.OK)
+    print_plan(plan)
+    return int(ExitCode.OK)
