@@ -136,6 +136,12 @@ def executing_options(p: argparse.ArgumentParser) -> None:
         help="seconds per cell, over the matrix's settings.cell_timeout and an extension's own timeout",
     )
     p.add_argument(
+        "--no-python-downloads",
+        action="store_true",
+        help="a CPython the matrix names and this machine lacks is an error (exit 2) instead of one uv downloads "
+        "(sets uv's own UV_PYTHON_DOWNLOADS=never for every uv the harness runs)",
+    )
+    p.add_argument(
         "--require-gpu",
         action="store_true",
         help="a cuda cell that finds no GPU is an ERROR (exit 3), not SKIPPED: for GPU runners",
@@ -279,6 +285,8 @@ def execute(args: argparse.Namespace, plan: Plan) -> tuple[RunResult, Path]:
     from harness.pipeline import Pipeline, RunOptions, make_backend
 
     matrix = plan.matrix
+    if args.no_python_downloads:
+        os.environ["UV_PYTHON_DOWNLOADS"] = "never"  # uv's own switch: the interpreter lookup and uv itself read it
     cache_dir = (args.cache_dir or default_cache_dir()).absolute()  # cells run in their own directory
     writable_dir(args.reports_dir, "--reports-dir")
     writable_dir(cache_dir, "--cache-dir" if args.cache_dir else "the cache directory ($HARNESS_CACHE_DIR)")

@@ -18,9 +18,9 @@ from harness.config.matrix import load_matrix
 from harness.core.errors import ExitCode
 from harness.core.files import writable_dir
 from harness.provision.catalog import UNKNOWN, Catalog, Filters, discover, host_platforms
-from harness.provision.index import sources_of
 from harness.provision.catalog import Runtime as ServedRuntime
 from harness.provision.envs import default_cache_dir
+from harness.provision.index import sources_of
 from harness.provision.sources import resolve_sources
 
 

@@ -251,3 +251,16 @@ def test_the_full_matrix_is_every_release_on_every_python_the_index_serves(repo:
     assert len(pairs) == len(plan.runtimes) == 27
     assert ("2.15.0", "3.10") not in pairs and ("2.9.1", "3.10") in pairs and ("2.15.0", "3.13") in pairs
     assert len({c.id for c in plan.cells}) == len(plan.cells) == 13 * 27
+
+
+def test_run_no_python_downloads_is_exit_2_before_any_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from harness.cli import main
+
+    monkeypatch.setenv("UV_PYTHON_DOWNLOADS", "automatic")  # restored after: the flag sets it for the process
+    path = matrix_file(tmp_path, '  - {torch: 2.13.0, python: "3.99"}\n')
+    argv = ["run", "--matrix", str(path), "--no-python-downloads", "--cache-dir", str(tmp_path / "cache")]
+    assert main([*argv, "--reports-dir", str(tmp_path / "reports")]) == 2
+    err = capsys.readouterr().err
+    assert "no CPython 3.99 interpreter found" in err and "downloads are off (UV_PYTHON_DOWNLOADS=never)" in err
