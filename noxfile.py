@@ -70,17 +70,19 @@ def unit(session: nox.Session) -> None:
     session.run("pytest", "tests/unit", *session.posargs)
 
 
-SHELL_SCRIPTS = [".ci/run", "ci/dockerd.sh"]
+SHELL_SCRIPTS = [".ci/run", "ci/dockerd.sh", "ci/bootstrap.sh"]
+PYTHON_TREES = ["harness", "tests", "tools", "benchmarks", "extensions", "examples", "noxfile.py"]
 
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff (style, no print outside the CLI), mypy --strict on the package, actionlint on the workflows
-    (with shellcheck on their run: scripts) and shellcheck on the shell scripts."""
+    """ruff (style, no print outside the CLI), mypy --strict on the package and tools, the import contract,
+    actionlint on the workflows (with shellcheck on their run: scripts) and shellcheck on the shell scripts."""
     session.install("-e", ".[lint]")
-    session.run("ruff", "check", "harness", "tests", "benchmarks", "extensions", "examples", "noxfile.py")
-    session.run("ruff", "format", "--check", "harness", "tests", "benchmarks", "extensions", "examples", "noxfile.py")
+    session.run("ruff", "check", *PYTHON_TREES)
+    session.run("ruff", "format", "--check", *PYTHON_TREES)
     session.run("mypy")
+    session.run("lint-imports")  # the wings import downwards only ([tool.importlinter] in pyproject.toml)
     session.run("shellcheck", *SHELL_SCRIPTS)
     # actionlint runs the shellcheck above (on PATH in this session) over every run: script too.
     workflows = sorted(str(p) for p in Path("ci").glob("*.yml"))
