@@ -55,12 +55,23 @@ def tests(session: nox.Session) -> None:
 @nox.session(default=False)
 def faults(session: nox.Session) -> None:
     """The fault catalogue alone: each fault injected for real, its classification and "nothing lost" asserted;
-    prints the README's fault table from what the tests observed."""
+    prints the fault table from what the tests observed (the whole catalogue: into docs/results/fault-table.md)."""
     session.install("-e", ".[test]")
     table = Path(session.create_tmp()) / "faults.jsonl"
     table.unlink(missing_ok=True)
     session.run("pytest", "-n", "auto", "tests/faults", *session.posargs, env={"HARNESS_FAULT_TABLE": str(table)})
-    session.run("python", "tests/faults/table.py", str(table))
+    if session.posargs:  # a part of the catalogue: its table only
+        session.run("python", "tests/faults/table.py", str(table))
+    else:  # the whole catalogue: the table, kept in docs/data/faults.json and docs/results/fault-table.md
+        session.run("python", "tools/docs_faults.py", str(table))
+
+
+@nox.session(default=False)
+def docs(session: nox.Session) -> None:
+    """The documentation site (docs/, mkdocs.yml) built into site/ with --strict: a broken link or anchor fails.
+    Its generated pages are checked by tests/unit/test_docs.py; `python tools/docs_cli.py` rewrites the CLI's."""
+    session.install("mkdocs-material>=9.5", "mkdocs>=1.6")
+    session.run("mkdocs", "build", "--strict", "--site-dir", "site", *session.posargs, env={"NO_MKDOCS_2_WARNING": "1"})
 
 
 @nox.session

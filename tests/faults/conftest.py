@@ -1,8 +1,8 @@
-"""Fault tier: every probe of the fault catalogue injected for real (README, "Faults").
+"""Fault tier: every probe of the fault catalogue injected for real (docs/reference/faults.md).
 
 Each probe records a row of the catalogue with the `catalogue` fixture: its id, the fault, what
 is expected and what the run showed. With HARNESS_FAULT_TABLE set, rows go to that file (JSON
-lines); `nox -s faults` renders them as the README's table (tests/faults/table.py).
+lines); `nox -s faults` renders them as the fault table (tests/faults/table.py, docs/results/fault-table.md).
 
 Each probe runs the harness as a user does, on a one-cell matrix (a small real stable-ABI
 extension built on torch 2.13.0 for target 2.10, run on 2.13.0) with its own cache and reports

@@ -1,7 +1,7 @@
 """Render the fault catalogue's rows (JSON lines written by the fault tests) as a Markdown table.
 
-`nox -s faults` runs the fault tier with HARNESS_FAULT_TABLE set and then this script; the
-README's table is its output, pasted.
+`nox -s faults` runs the fault tier with HARNESS_FAULT_TABLE set and then this script (with the whole
+catalogue, tools/docs_faults.py, which keeps the rows and renders docs/results/fault-table.md with it).
 """
 
 import json

@@ -65,7 +65,7 @@ def level(version: str) -> tuple[int, int]:
 
 
 def outcome(build: tuple[str, str, bool, bool], runtime: tuple[str, str, bool, str, str]) -> tuple[Status, Condition]:
-    """What the promise says of the cell (and the cell did): the first matching row of README's table."""
+    """What the promise says of the cell (and the cell did): the first matching row of docs/the-promise.md."""
     _, target, cp311, cuda = build
     release, variant, _, _, python = runtime
     if cp311 and python != "3.11":
@@ -251,8 +251,8 @@ def test_older_results_without_python_load_and_render(
     assert "| *python* | py3.10 | py? |" in summary_markdown(old)
 
 
-def test_the_readme_shows_the_grid_as_the_code_renders_it(run: RunResult, repo: Path) -> None:
-    readme = (repo / "README.md").read_text()
+def test_the_docs_show_the_grid_as_the_code_renders_it(run: RunResult, repo: Path) -> None:
+    readme = (repo / "docs" / "authors" / "reading-the-report.md").read_text()
     first = Grid.of(run).blocks(120, grid_mark)[0]
     shown = "\n".join(
         [f"compatibility matrix (runtimes {first.first}-{first.last} of {len(RUNTIMES)})", *first.lines()]

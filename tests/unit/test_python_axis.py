@@ -1,5 +1,5 @@
 """The Python axis of the runtime space: runtime entries that expand with exclude:, ids that name a
-Python only when it is not the matrix's (their grammar, documented in the README), interpreters found
+Python only when it is not the matrix's (their grammar, documented in docs/the-promise.md), interpreters found
 or refused with the list of those found."""
 
 import json
@@ -17,7 +17,7 @@ from harness.plan import make_plan
 from harness.provision import interpreters
 from harness.provision.envs import EnvSpec
 
-# The documented grammar of ids (README, "Cell ids").
+# The documented grammar of ids (docs/the-promise.md, "Ids").
 RELEASE = r"[0-9]+\.[0-9]+\.[0-9]+(?:\.?(?:a|b|rc|dev)[0-9]+)*"
 RUNTIME_ID = re.compile(
     rf"^r(?P<torch>{RELEASE})(?:\+(?P<variant>[a-z0-9.]+))?-(?P<device>cpu|cuda)(?:-py(?P<python>3\.[0-9]+t?))?$"
