@@ -38,6 +38,20 @@ def format_path(path: KeyPath) -> str:
     return out or "(top level)"
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML's safe loader, except that a timestamp which is no real date (``2026-02-30``) stays its text, for the
+    checks after the schema to name with its line (YAML's own constructor raises a bare ValueError)."""
+
+    def construct_yaml_timestamp(self, node: yaml.ScalarNode) -> Any:
+        try:
+            return super().construct_yaml_timestamp(node)
+        except ValueError:
+            return self.construct_scalar(node)
+
+
+_Loader.add_constructor("tag:yaml.org,2002:timestamp", _Loader.construct_yaml_timestamp)
+
+
 def _index_nodes(node: yaml.Node, path: KeyPath, lines: dict[KeyPath, int], written: dict[KeyPath, str]) -> None:
     """The line of every key path (a mapping key's own line), and each scalar as it was written."""
     lines[path] = node.start_mark.line + 1
@@ -147,7 +161,7 @@ class Document:
             raise ConfigError(
                 path, [f"byte {exc.start}: not UTF-8 text, so not a YAML file: is this the file you meant?"]
             ) from exc
-        loader = yaml.SafeLoader(text)
+        loader = _Loader(text)
         try:
             node = loader.get_single_node()
             if node is not None:

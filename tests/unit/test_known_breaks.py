@@ -164,6 +164,21 @@ def test_matrix_known_breaks_are_read_with_their_dates_and_checked(tmp_path: Pat
     ]
 
 
+def test_a_date_that_does_not_exist_is_bad_input_quoted_or_not(tmp_path: Path) -> None:
+    """YAML reads an unquoted 2026-02-30 as a timestamp and its constructor raises: it was an internal error."""
+    path = tmp_path / "matrix.yaml"
+    path.write_text(
+        MATRIX + "  - {name: a, cells: x, reason: r, link: l, expires: 2026-02-30}\n"
+        "  - {name: b, cells: x, reason: r, link: l, expires: '2026-02-30'}\n"
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_matrix(path)
+    assert caught.value.problems == [
+        "line 9: known_breaks[0].expires: '2026-02-30' is not a date; write it as YYYY-MM-DD",
+        "line 10: known_breaks[1].expires: '2026-02-30' is not a date; write it as YYYY-MM-DD",
+    ]
+
+
 def test_merged_shards_keep_the_entries_and_their_states(repo: Path, tmp_path: Path) -> None:
     from test_merge import write_run
 
