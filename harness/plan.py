@@ -103,6 +103,9 @@ class Cell:
         return f"{self.build.id}~{self.runtime.id}"
 
 
+MAX_SHARDS = 256  # GitHub Actions runs at most 256 jobs of one matrix; a larger fan-out is a typo
+
+
 @dataclasses.dataclass(frozen=True)
 class Shard:
     """Part K of N (1 <= K <= N) of a plan's cells: `run --shard K/N`."""
@@ -116,6 +119,8 @@ class Shard:
         index, slash, count = text.partition("/")
         if not slash or not index.strip().isdigit() or not count.strip().isdigit():
             raise ValueError(f"{text!r} is not K/N (e.g. 1/3: the first of three shards)")
+        if len(count.strip()) > 6 or int(count) > MAX_SHARDS:
+            raise ValueError(f"{text!r}: at most {MAX_SHARDS} shards (a CI job matrix holds at most {MAX_SHARDS} jobs)")
         shard = cls(int(index), int(count))
         if not 1 <= shard.index <= shard.count:
             raise ValueError(f"{text!r}: K must be from 1 to N (there are {shard.count} shard(s), counted from 1)")

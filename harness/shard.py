@@ -17,6 +17,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
+from harness.core.errors import BadInputError
 from harness.plan import Build, Cell, Plan, Shard
 from harness.results.model import RunResult
 from harness.verdict import promise
@@ -135,7 +136,15 @@ def fan_out(plan: Plan, count: int, durations: Mapping[str, float] | None = None
     """The job matrix for a CI fan-out, in the shape GitHub Actions' `strategy.matrix` takes as it is
     (`matrix: ${{ fromJSON(needs.plan.outputs.shards) }}`): one `include` entry per shard, so each
     job sees `matrix.shard` ("2/3") and, for its name, `matrix.cells` and `matrix.estimated_seconds`.
-    No other top-level key: Actions would read it as another axis of the matrix."""
+    No other top-level key: Actions would read it as another axis of the matrix.
+
+    More shards than cells is bad input: the fan-out would start jobs with nothing to run. (One shard of a
+    fan-out decided elsewhere, `run --shard K/N`, may be empty: it runs nothing and reports 0 cells.)"""
+    if count > max(1, len(plan.cells)):
+        raise BadInputError(
+            f"--shards {count} for {len(plan.cells)} selected cell(s): every shard of a fan-out holds at least one "
+            f"cell; ask for at most {max(1, len(plan.cells))}"
+        )
     return {
         "include": [
             {"shard": str(part.shard), "cells": len(part.cells), "estimated_seconds": part.seconds}

@@ -10,7 +10,7 @@ from typing import Protocol
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from harness.core.versions import ApiLevel
-from harness.plan import Shard
+from harness.plan import MAX_SHARDS, Shard
 
 
 class Command(Protocol):
@@ -31,14 +31,25 @@ def positive_int(text: str) -> int:
     return value
 
 
+MAX_SECONDS = 7 * 24 * 3600  # a week: more than any cell or build needs; 1e308 overflowed every deadline
+
+
 def positive_seconds(text: str) -> float:
-    """argparse type: a number of seconds > 0 (0 or less would kill every cell at once)."""
+    """argparse type: a number of seconds > 0 (0 or less would kill every cell at once), at most a week."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r}: must be a number of seconds greater than 0")
+    if not 0 < value <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a number of seconds greater than 0, at most {MAX_SECONDS}")
+    return value
+
+
+def shard_count(text: str) -> int:
+    """argparse type: N for --shards, 1 <= N <= MAX_SHARDS (a larger fan-out is a typo, and costs memory)."""
+    value = positive_int(text)
+    if value > MAX_SHARDS:
+        raise argparse.ArgumentTypeError(f"{text!r}: at most {MAX_SHARDS} shards (a CI job matrix holds at most that)")
     return value
 
 

@@ -10,7 +10,15 @@ from pathlib import Path
 from rich.markup import escape
 
 from harness.candidate import with_candidate
-from harness.cli.args import Command, existing_file, positive_int, positive_seconds, shard_spec, wheel_directory
+from harness.cli.args import (
+    Command,
+    existing_file,
+    positive_int,
+    positive_seconds,
+    shard_count,
+    shard_spec,
+    wheel_directory,
+)
 from harness.cli.console import (
     ConsoleObserver,
     annotate,
@@ -223,7 +231,7 @@ def add_plan(command: Command) -> None:
     selection_options(plan)
     plan.add_argument(
         "--shards",
-        type=positive_int,
+        type=shard_count,
         default=None,
         metavar="N",
         help="how the selected cells split into N shards; with --json, a job matrix for a CI fan-out",

@@ -8,6 +8,7 @@ import pytest
 
 from harness.cli import main, parser
 from harness.config.matrix import load_matrix
+from harness.core.errors import BadInputError
 from harness.core.schema import load_schema
 from harness.plan import Cell, Plan, PlanIdentity, Shard, make_plan
 from harness.shard import CELL_SECONDS, build_seconds, fan_out, partition, shard_plan
@@ -125,10 +126,27 @@ def test_plan_shards_json_is_a_github_actions_job_matrix(repo: Path, capsys: pyt
     assert [parser().parse_args(["run", "--shard", j["shard"]]).shard.index for j in data["include"]] == [1, 2, 3]
 
 
-def test_fan_out_with_more_shards_than_cells_lists_the_empty_ones(plan: Plan) -> None:
+def test_a_fan_out_with_more_shards_than_cells_is_bad_input(plan: Plan) -> None:
     few = make_plan(plan.matrix, ["stable_basic@b2.9.1~r2.1[01]"])
-    jobs = fan_out(few, 3)["include"]
-    assert [j["cells"] for j in jobs] == [1, 1, 0]
+    assert [j["cells"] for j in fan_out(few, 2)["include"]] == [1, 1]
+    with pytest.raises(BadInputError, match=r"--shards 3 for 2 selected cell\(s\): .* ask for at most 2"):
+        fan_out(few, 3)
+
+
+@pytest.mark.parametrize("argv", [["run", "--shard", "1/99999999999"], ["plan", "--shards", "3000000"]])
+def test_a_fan_out_larger_than_a_ci_job_matrix_is_a_usage_error(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        parser().parse_args(argv)
+    assert info.value.code == 2 and "at most 256 shards" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["1e308", "inf", "604801"])
+def test_a_timeout_beyond_a_week_is_a_usage_error(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        parser().parse_args(["run", "--timeout", value])
+    assert info.value.code == 2 and "at most 604800" in capsys.readouterr().err
 
 
 def test_plan_json_lists_the_cells_and_their_promise(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
