@@ -26,6 +26,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from harness.core.errors import BadInputError, ExitCode
+from harness.core.text import md_text
 from harness.results.diff import RunDiff
 from harness.results.known_breaks import Outcome, State, outcomes
 from harness.results.model import CellResult, RunResult
@@ -96,21 +97,23 @@ class Gate:
         }
 
     def markdown(self) -> str:
-        lines = [f"# Release gate: torch {self.candidate} (against {self.previous}): **{self.decision.value}**", ""]
-        lines += [self.summary, ""]
+        """gate.md, which workflows post to the job summary: every text that comes from a cell (its reason, the
+        tests it names) is escaped as summary.md escapes it (core.text), so it cannot inject markup."""
+        title = f"# Release gate: torch {md_text(self.candidate)} (against {md_text(self.previous)})"
+        lines = [f"{title}: **{self.decision.value}**", "", md_text(self.summary), ""]
         if self.reasons:
             lines += ["## Why not", ""]
             for reason in self.reasons:
-                lines.append(f"- ❌ **{reason.title}**")
-                lines += [f"  - `{item}`" if "`" not in item else f"  - {item}" for item in reason.evidence]
+                lines.append(f"- ❌ **{md_text(reason.title)}**")
+                lines += [f"  - {md_text(item)}" for item in reason.evidence]
             lines.append("")
-        lines += ["## Evidence", "", *(f"- {item}" for item in self.evidence), ""]
+        lines += ["## Evidence", "", *(f"- {md_text(item)}" for item in self.evidence), ""]
         if self.known_breaks:
             lines += ["## Known breaks (accepted until they expire; not reasons)", ""]
-            lines += [f"- 🩹 {item}" for item in self.known_breaks]
+            lines += [f"- 🩹 {md_text(item)}" for item in self.known_breaks]
             lines.append("")
         if self.warnings:
-            lines += ["## Warnings", "", *(f"- ⚠️ {item}" for item in self.warnings), ""]
+            lines += ["## Warnings", "", *(f"- ⚠️ {md_text(item)}" for item in self.warnings), ""]
         return "\n".join(lines)
 
 

@@ -160,12 +160,17 @@ def _device_of(header: str) -> str | None:
 
 
 def scan_wheel(path: Path) -> ReleaseScan:
-    """Headers and library exports of one torch wheel, read from the zip (nothing is installed)."""
-    with zipfile.ZipFile(path) as wheel:
+    """Headers and library exports of one torch wheel, read from the zip (nothing is installed). A file that is
+    not a zip, or a wheel of another project, is the user's bad input (BadInputError), named as such."""
+    try:
+        wheel = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise BadInputError(f"{path}: not a wheel ({exc}); pass a torch wheel (torch-X.Y.Z-...whl)") from exc
+    with wheel:
         names = wheel.namelist()
         version_file = next((n for n in names if n == "torch/version.py"), None)
         if version_file is None:
-            raise InfrastructureError(f"{path}: not a torch wheel (no torch/version.py)")
+            raise BadInputError(f"{path}: not a torch wheel (it has no torch/version.py); pass a torch wheel")
         raw = re.search(r"__version__\s*=\s*['\"]([^'\"+]+)", wheel.read(version_file).decode())
         release = raw[1] if raw else path.name.split("-")[1]
         declarations: dict[str, Declaration] = {}

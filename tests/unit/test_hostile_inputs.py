@@ -1,0 +1,40 @@
+"""Text and files from outside the harness, treated as hostile: a cell's reason in gate.md (posted to a CI job
+summary), a candidate wheel that is no wheel or no torch."""
+
+import dataclasses
+import re
+import zipfile
+from pathlib import Path
+
+import pytest
+from test_gate import CLEAN
+from test_report import BROKEN, run_of
+
+from harness.cli import main
+from harness.results.gate import decide
+
+HOSTILE = "<script>alert(1)</script> <img src=x onerror=alert(2)> \x1b[31mred\x1b[0m [link](javascript:alert(3))"
+
+
+def test_gate_md_escapes_a_cells_text_as_summary_md_does() -> None:
+    cell = dataclasses.replace(BROKEN, reason=HOSTILE, failing_tests=("test_x[<b>bold</b>]",))
+    text = decide("2.13.0", "2.10.0", CLEAN, run_of(cell), None).markdown()
+    assert "<script>" not in text and "<img" not in text and "<b>" not in text
+    assert "\x1b" not in text, "terminal escapes are stripped, not posted"
+    assert not re.search(r"(?<!\\)\]\(javascript:", text), "no link can be formed from a cell's text"
+    assert "alert(1)" in text, "the text is still shown, escaped"
+
+
+@pytest.mark.parametrize("kind", ["text", "zip", "other-wheel"])
+def test_a_candidate_wheel_that_is_no_torch_wheel_is_bad_input(
+    kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    wheel = tmp_path / "torch-2.16.0-cp311-cp311-linux_x86_64.whl"
+    if kind == "text":
+        wheel.write_text("not a zip\n")
+    else:
+        with zipfile.ZipFile(wheel, "w") as archive:
+            archive.writestr("six.py" if kind == "other-wheel" else "README", "x = 1\n")
+    assert main(["abi-diff", "2.14", str(wheel)]) == 2
+    err = capsys.readouterr().err
+    assert str(wheel) in err and ("not a wheel" in err or "not a torch wheel" in err), err
