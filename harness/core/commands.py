@@ -12,6 +12,7 @@ from pathlib import Path
 
 from harness.core import processes
 from harness.core.errors import CommandError
+from harness.core.text import redact
 
 log = logging.getLogger(__name__)
 
@@ -19,7 +20,7 @@ log = logging.getLogger(__name__)
 def shell_line(argv: Sequence[str | Path], env: Mapping[str, str] | None = None, cwd: Path | None = None) -> str:
     changed = {k: v for k, v in (env or {}).items() if os.environ.get(k) != v}
     prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(changed.items()))
-    line = " ".join(filter(None, [prefix, shlex.join(map(str, argv))]))
+    line = redact(" ".join(filter(None, [prefix, shlex.join(map(str, argv))])))  # an index URL's token: ****
     return f"(cd {shlex.quote(str(cwd))} && {line})" if cwd else line
 
 

@@ -6,6 +6,8 @@ import enum
 from collections.abc import Sequence
 from pathlib import Path
 
+from harness.core.text import redact
+
 
 class ExitCode(enum.IntEnum):
     OK = 0  # every promise kept
@@ -56,6 +58,5 @@ class CommandError(InfrastructureError):
         self.cwd = cwd
         self.output = output
         tail = "\n".join(output.rstrip().splitlines()[-25:])
-        super().__init__(
-            f"command failed with exit code {returncode} (cwd: {cwd or '.'}):\n  $ {' '.join(self.argv)}\n{tail}"
-        )
+        line = redact(" ".join(self.argv))  # an index URL's token never reaches a message or a log
+        super().__init__(f"command failed with exit code {returncode} (cwd: {cwd or '.'}):\n  $ {line}\n{redact(tail)}")

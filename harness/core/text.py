@@ -38,3 +38,18 @@ def md_code(text: str) -> str:
 def natural_key(text: str) -> tuple[str | int, ...]:
     """Ids in the order people read them: numbers by value (r2.9.1 before r2.10.0), the rest as text."""
     return tuple(int(part) if n % 2 else part for n, part in enumerate(re.split(r"(\d+)", text)))
+
+
+# userinfo in a URL: scheme://user:secret@host or scheme://token@host (a token alone is the secret).
+URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:/@\s]+)(?::(?P<secret>[^@/\s]*))?@")
+
+
+def redact(text: str) -> str:
+    """Every URL in text with its secret replaced by ****, as pip and uv print them: user:****@host, ****@host."""
+
+    def hide(match: re.Match[str]) -> str:
+        if match["secret"] is None:
+            return f"{match['scheme']}****@"
+        return f"{match['scheme']}{match['user']}:****@"
+
+    return URL_USERINFO.sub(hide, text)

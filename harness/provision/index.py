@@ -4,12 +4,15 @@ URLs only: what the files are is the catalog's business."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import enum
 import html.parser
 import http.client
 import json
 import logging
+import netrc
+import os
 import time
 import urllib.error
 import urllib.parse
@@ -19,6 +22,7 @@ from typing import Any
 
 from harness import __version__
 from harness.core.errors import InfrastructureError
+from harness.core.text import redact
 from harness.provision.sources import ResolvedSources
 
 log = logging.getLogger(__name__)
@@ -53,10 +57,10 @@ class Source:
     location: str
 
     def __str__(self) -> str:
-        return f"{self.kind} {self.location}"
+        return f"{self.kind} {redact(self.location)}"
 
     def to_json(self) -> dict[str, str]:
-        return {"kind": self.kind.value, "location": self.location}
+        return {"kind": self.kind.value, "location": redact(self.location)}
 
 
 def sources_of(resolved: ResolvedSources) -> tuple[Source, ...]:
@@ -89,6 +93,8 @@ def list_source(source: Source, timeout: float) -> list[Listed]:
         )
     # URLError and HTTPError are OSErrors; a page that is not UTF-8 or not JSON, a ValueError.
     except (OSError, ValueError, http.client.HTTPException) as exc:
+        if isinstance(exc, urllib.error.HTTPError):
+            exc.close()  # the error is the response: its socket is not left to the garbage collector
         raise InfrastructureError(f"{source}: {reason_of(exc)}") from exc
     log.info("%s: %d file(s) listed in %.2f s", source, len(files), time.monotonic() - started)
     return files
@@ -96,10 +102,10 @@ def list_source(source: Source, timeout: float) -> list[Listed]:
 
 def reason_of(exc: BaseException) -> str:
     if isinstance(exc, urllib.error.HTTPError):
-        return f"{exc.url} answered HTTP {exc.code} {exc.reason}"
+        return redact(f"{exc.url} answered HTTP {exc.code} {exc.reason}")
     if isinstance(exc, urllib.error.URLError):
-        return f"cannot be reached: {exc.reason}"
-    return str(exc) or type(exc).__name__
+        return redact(f"cannot be reached: {exc.reason}")
+    return redact(str(exc) or type(exc).__name__)
 
 
 def local_path(location: str) -> Path | None:
@@ -123,14 +129,15 @@ def _list_index(base: str, timeout: float) -> list[Listed]:
             return parse_html_page(page.read_bytes().decode(), project.as_uri() + "/")
         if project.is_dir():
             return _list_directory(project)
-        log.info("index %s has no %s/: it serves no torch", base, PROJECT)
+        log.info("index %s has no %s/: it serves no torch", redact(base), PROJECT)
         return []
     url = f"{base.rstrip('/')}/{PROJECT}/"
     try:
         body, final_url, content_type = fetch(url, timeout, SIMPLE_ACCEPT, MAX_PAGE_BYTES)
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
-            log.info("index %s has no %s page (HTTP 404): it serves no torch", base, PROJECT)
+            exc.close()
+            log.info("index %s has no %s page (HTTP 404): it serves no torch", redact(base), PROJECT)
             return []
         raise
     if content_type == JSON_SIMPLE:
@@ -155,14 +162,68 @@ def _list_directory(directory: Path) -> list[Listed]:
 
 
 def fetch(url: str, timeout: float, accept: str, limit: int) -> tuple[bytes, str, str]:
-    """GET url: its body (at most limit bytes), the URL it ended at (after redirects) and its media type."""
-    log.debug("GET %s", url)
-    request = urllib.request.Request(url, headers={"Accept": accept, "User-Agent": f"torch-abi-harness/{__version__}"})
-    with urllib.request.urlopen(request, timeout=timeout) as response:
+    """GET url: its body (at most limit bytes), the URL it ended at (after redirects) and its media type.
+
+    Credentials as pip and uv take them: a URL's user:password@ (remembered for its host, so a page's
+    files and their metadata on that host get them too), else the netrc entry of the host ($NETRC or
+    ~/.netrc). They travel as a Basic Authorization header, dropped on a redirect to another host, and
+    every URL in a message or log has its secret replaced by ****."""
+    plain, credentials = _credentials(url)
+    log.debug("GET %s", plain)
+    headers = {"Accept": accept, "User-Agent": f"torch-abi-harness/{__version__}"}
+    if credentials is not None:
+        token = base64.b64encode(":".join(credentials).encode()).decode()
+        headers["Authorization"] = f"Basic {token}"
+    request = urllib.request.Request(plain, headers=headers)
+    with _OPENER.open(request, timeout=timeout) as response:
         body: bytes = response.read(limit + 1)
         if len(body) > limit:
-            raise ValueError(f"{url}: larger than {limit // 2**20} MiB: refused")
+            raise ValueError(f"{redact(url)}: larger than {limit // 2**20} MiB: refused")
         return body, response.geturl(), response.headers.get_content_type()
+
+
+_REMEMBERED: dict[str, tuple[str, str]] = {}  # host[:port] -> credentials an index URL carried, this process
+
+
+def _credentials(url: str) -> tuple[str, tuple[str, str] | None]:
+    """The URL without its userinfo, and the credentials for its host (its own, remembered, or netrc's)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        return url, None
+    host = parts.netloc.rpartition("@")[2]
+    if parts.username is not None:
+        found = (urllib.parse.unquote(parts.username), urllib.parse.unquote(parts.password or ""))
+        _REMEMBERED[host] = found
+        return urllib.parse.urlunsplit(parts._replace(netloc=host)), found
+    return url, _REMEMBERED.get(host) or _from_netrc(parts.hostname or "")
+
+
+def _from_netrc(hostname: str) -> tuple[str, str] | None:
+    path = Path(os.environ.get("NETRC") or Path.home() / ".netrc")
+    if not path.is_file():
+        return None
+    try:
+        entry = netrc.netrc(path).authenticators(hostname)
+    except (netrc.NetrcParseError, OSError) as exc:
+        log.warning("%s: not read (%s)", path, exc)
+        return None
+    return (entry[0], entry[2] or "") if entry else None
+
+
+class _SameHostAuth(urllib.request.HTTPRedirectHandler):
+    """A redirect keeps the Authorization header only on the same host (pip's rule): never hand a token to a
+    host it was not given for."""
+
+    def redirect_request(
+        self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any, newurl: str
+    ) -> urllib.request.Request | None:
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and urllib.parse.urlsplit(newurl).netloc != urllib.parse.urlsplit(req.full_url).netloc:
+            new.remove_header("Authorization")
+        return new
+
+
+_OPENER = urllib.request.build_opener(_SameHostAuth)
 
 
 def parse_json_page(data: Any, page_url: str) -> list[Listed]:

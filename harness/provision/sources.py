@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 
 from harness.config import Sources
 from harness.core.errors import InfrastructureError
+from harness.core.text import redact
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +45,11 @@ class ResolvedSources:
         return args
 
     def describe(self) -> str:
+        """For messages and logs: every URL's secret replaced by ****."""
         parts = [f"index {self.index_url or 'default (PyPI)'}"]
         parts += [f"extra index {u}" for u in self.extra_index_urls]
         parts += [f"find-links {f}" for f in self.find_links]
-        return ", ".join(parts)
+        return redact(", ".join(parts))
 
 
 PIP_KEYS = ("index-url", "extra-index-url", "find-links")
