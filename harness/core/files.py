@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -61,3 +62,30 @@ def writable_dir(path: Path, what: str) -> None:
         raise BadInputError(
             f"{what} {path}: cannot be written{where}: {exc.strerror or exc}; name a directory you can write"
         ) from exc
+
+
+_PLAIN_NAME = re.compile(r"[\w.@+~=,-]+")
+
+
+def run_relative(text: str) -> bool:
+    """Whether a path read from a results.json names a file inside its run directory: relative, plain names
+    only, no '..' (a results.json from a shard, an artifact or an older run is treated as hostile)."""
+    parts = text.split("/")
+    return bool(text) and all(_PLAIN_NAME.fullmatch(p) and p not in (".", "..") for p in parts)
+
+
+def open_inside(root: Path, relative: str) -> int:
+    """A file descriptor for root/relative opened for reading without following a link on the way (each
+    directory opened O_NOFOLLOW from the one before); OSError if a part is a link, missing, or not plain."""
+    if not run_relative(relative):
+        raise OSError(f"{relative!r}: not a path inside {root}")
+    *folders, name = relative.split("/")
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for folder in folders:
+            inner = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        return os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+    finally:
+        os.close(fd)

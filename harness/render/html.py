@@ -19,7 +19,7 @@ from typing import Any
 
 import jinja2
 
-from harness.core.files import write_atomic
+from harness.core.files import open_inside, write_atomic
 from harness.core.status import Status
 from harness.render.grid import Grid
 from harness.render.text import (
@@ -66,9 +66,8 @@ def script_json(data: object) -> str:
 def tail(run_dir: Path, relative: str) -> str | None:
     """The last lines of a log of the run directory, read as a hostile file: never through a link, a regular
     file only, at most TAIL_BYTES from its end. None when it is not there or not such a file."""
-    path = run_dir / relative
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = open_inside(run_dir, relative)
     except OSError:
         return None
     try:

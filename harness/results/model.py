@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import KnownBreak
-from harness.core.errors import ExitCode, InfrastructureError
+from harness.core.errors import BadInputError, ExitCode, InfrastructureError
+from harness.core.files import run_relative
 from harness.core.status import Condition, Status
 from harness.core.text import natural_key
 from harness.plan import Cell, PlanIdentity
@@ -54,8 +55,9 @@ class Attempt:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Attempt:
-        return cls(Status(data["status"]), Verdict(data["verdict"]), data["reason"], data["seconds"], data["logs"])
+    def from_json(cls, data: dict[str, Any], cell: str = "?") -> Attempt:
+        logs = _own_files(cell, data["logs"])
+        return cls(Status(data["status"]), Verdict(data["verdict"]), data["reason"], data["seconds"], logs)
 
     def line(self, number: int) -> str:
         return f"attempt {number}: {self.status.value} ({self.verdict.value}): {self.reason}"
@@ -205,12 +207,12 @@ class CellResult:
             failing_tests=tuple(data["failing_tests"]),
             missing_symbol=data["missing_symbol"],
             durations=data["durations"],
-            logs=data["logs"],
+            logs=_own_files(data["id"], data["logs"]),
             prediction=data.get("prediction"),  # absent in schema_version 1
             findings=tuple(data.get("findings", ())),
             doc_differences=tuple(DocDifference.from_json(d) for d in data.get("doc_differences", ())),  # from 3
             executor=data.get("executor"),  # from 4
-            attempts=tuple(Attempt.from_json(a) for a in data.get("attempts", ())),  # from 4
+            attempts=tuple(Attempt.from_json(a, data["id"]) for a in data.get("attempts", ())),  # from 4
             known_break=data.get("known_break"),  # from 6
         )
 
@@ -318,11 +320,24 @@ def load_results(path: Path) -> RunResult:
 
 
 def relative_logs(paths: Sequence[tuple[str, Path | None]], base: Path) -> dict[str, str]:
+    """The logs that exist, relative to the run directory; one outside it is left out (a results.json names only
+    its own files: read back, any other path is refused as bad input)."""
     out: dict[str, str] = {}
     for name, path in paths:
-        if path is not None and path.exists():
-            try:
-                out[name] = str(path.relative_to(base))
-            except ValueError:
-                out[name] = str(path)
+        if path is not None and path.exists() and path.is_relative_to(base):
+            out[name] = str(path.relative_to(base))
     return out
+
+
+def _own_files(cell: str, logs: Any) -> dict[str, str]:
+    """A cell's logs as results.json gives them, refused (bad input, naming the cell and the field) unless each
+    is a plain relative path inside the run directory: `../../proc/self/environ` must not reach a report."""
+    if not isinstance(logs, dict):
+        raise BadInputError(f"cell {cell!r}: logs is {type(logs).__name__}, not a mapping of names to paths")
+    for name, path in logs.items():
+        if not isinstance(path, str) or not run_relative(path):
+            raise BadInputError(
+                f"cell {cell!r}: logs.{name} is {path!r}, not a path inside the run directory "
+                "(a results.json names only its own files: this one was changed or written elsewhere)"
+            )
+    return logs

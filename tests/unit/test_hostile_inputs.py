@@ -2,6 +2,7 @@
 summary), a candidate wheel that is no wheel or no torch."""
 
 import dataclasses
+import json
 import re
 import zipfile
 from pathlib import Path
@@ -38,3 +39,33 @@ def test_a_candidate_wheel_that_is_no_torch_wheel_is_bad_input(
     assert main(["abi-diff", "2.14", str(wheel)]) == 2
     err = capsys.readouterr().err
     assert str(wheel) in err and ("not a wheel" in err or "not a torch wheel" in err), err
+
+
+@pytest.mark.parametrize("path", ["../../../../proc/self/environ", "/etc/passwd", "cells/../../x", "javascript:x()"])
+@pytest.mark.parametrize("command", ["report", "diff", "compat"])
+def test_a_results_json_naming_a_file_outside_its_run_is_bad_input(
+    path: str, command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A shard or an artifact is hostile: its logs may name the merging job's /proc/self/environ."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    data = run_of(dataclasses.replace(BROKEN, logs={"stdout": path})).to_json()
+    (run_dir / "results.json").write_text(json.dumps(data))
+    argv = {"report": ["report", str(run_dir)], "diff": ["diff", str(run_dir), str(run_dir)]}
+    assert main(argv.get(command, [command, str(run_dir)])) == 2
+    err = capsys.readouterr().err
+    assert f"cell {BROKEN.id!r}: logs.stdout is {path!r}, not a path inside the run directory" in err
+
+
+def test_a_log_reached_through_a_link_is_not_read(tmp_path: Path) -> None:
+    from harness.render.html import tail
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOKEN=hunter2\n")
+    (tmp_path / "run" / "cells").mkdir(parents=True)
+    (tmp_path / "run" / "cells" / "x").symlink_to(tmp_path)  # a folder on the way is a link
+    (tmp_path / "run" / "stdout").symlink_to(secret)  # the file itself is a link
+    assert tail(tmp_path / "run", "cells/x/secret.txt") is None
+    assert tail(tmp_path / "run", "stdout") is None
+    (tmp_path / "run" / "plain").write_text("ok\n")
+    assert tail(tmp_path / "run", "plain") == "ok"
