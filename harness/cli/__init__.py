@@ -31,8 +31,15 @@ from harness.core.files import writable_dir, write_atomic
 from harness.core.status import Condition
 from harness.core.versions import ApiLevel
 from harness.plan import Plan, Shard, make_plan
-from harness.provision.catalog import UNKNOWN, Catalog, Filters, discover, host_platforms, sources_of
-from harness.provision.catalog import Runtime as ServedRuntime
+from harness.provision.catalog import (
+    UNKNOWN,
+    Catalog,
+    Filters,
+    PublishedRuntime,
+    discover,
+    host_platforms,
+    sources_of,
+)
 from harness.provision.envs import Env, default_cache_dir
 from harness.provision.sources import resolve_sources
 from harness.render.grid import NOT_RUN, NOT_RUN_MEANING, Grid
@@ -818,7 +825,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def execute(args: argparse.Namespace, plan: Plan) -> tuple[RunResult, Path]:
     """Build, run and report the plan's cells (`run`, `gate`); the grid is printed, the report written."""
-    from harness.pipeline import Pipeline, RunOptions, make_backend  # heavy imports only for `run`
+    from harness.cells import RunOptions
+    from harness.pipeline import Pipeline, make_backend  # heavy imports only for `run`
 
     matrix = plan.matrix
     cache_dir = (args.cache_dir or default_cache_dir()).absolute()  # cells run in their own directory
@@ -870,10 +878,10 @@ def against_baseline(baseline: RunResult, run: RunResult, run_dir: Path) -> RunD
 def cmd_mutate(args: argparse.Namespace) -> int:
     """Shim mutants against the selected stable builds (harness/mutate/run.py); exit 3 when the run proves
     nothing (a failing baseline, a sentinel not killed, a cell in error), 1 below --min-score."""
+    from harness.cells import RunOptions
     from harness.mutate.catalogue import load_catalogue
     from harness.mutate.report import MutationReport, write_mutation_report
     from harness.mutate.run import default_cells, mutate
-    from harness.pipeline import RunOptions
 
     catalogue = load_catalogue(args.catalogue).select(args.mutant)
     plan = make_plan(load_matrix(args.matrix), args.select)
@@ -1414,7 +1422,7 @@ def cmd_runtimes(args: argparse.Namespace) -> int:
 
 def print_catalog(catalog: Catalog, all_platforms: bool, metadata: bool) -> None:
     """One section per release; a row per variant and source, with the Pythons it serves."""
-    rows: dict[tuple[Version, str, str], list[ServedRuntime]] = {}
+    rows: dict[tuple[Version, str, str], list[PublishedRuntime]] = {}
     for runtime in catalog.runtimes:
         rows.setdefault((runtime.release, runtime.variant, runtime.source.location), []).append(runtime)
     where = "every platform" if all_platforms else "this host's platform (--all-platforms: every one)"

@@ -40,6 +40,7 @@ from packaging.version import InvalidVersion, Version
 
 from harness import __version__
 from harness.core.errors import InfrastructureError
+from harness.core.versions import release_of
 from harness.provision.sources import ResolvedSources
 from harness.static.artifact import cuda_major
 
@@ -140,7 +141,7 @@ def wheels_of(listed: Listed, source: Source) -> list[TorchWheel]:
             continue
         threaded = tag.abi == f"{tag.interpreter}t"
         pythons.setdefault((f"{match[1]}.{match[2]}", threaded), set()).add(tag.platform)
-    release = Version(version.public)
+    release = Version(release_of(str(version)))
     variant = version.local or AUTO
     return [
         TorchWheel(release, variant, python, threaded, frozenset(platforms), source, listed)
@@ -213,7 +214,7 @@ class _Build(NamedTuple):
 
 
 class _Key(NamedTuple):
-    """A runtime as one source serves it (what a Runtime is, less its platforms and CUDA)."""
+    """A runtime as one source serves it (what a PublishedRuntime is, less its platforms and CUDA)."""
 
     release: Version
     variant: str
@@ -227,7 +228,7 @@ class _Key(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class Runtime:
+class PublishedRuntime:
     """A runtime a matrix could name: a release, a variant and a CPython, as one source serves it.
 
     cuda: the CUDA major of its torch ("12", "13"), "none" for a build without CUDA, or "unknown"
@@ -267,7 +268,7 @@ class Catalog:
     """What the sources serve, after the filters; hidden counts the wheel files each filter left out."""
 
     sources: tuple[Source, ...]
-    runtimes: tuple[Runtime, ...]
+    runtimes: tuple[PublishedRuntime, ...]
     hidden: tuple[tuple[Hidden, int], ...] = ()
     variants_seen: tuple[str, ...] = ()  # every variant listed, shown or not (to say what --variant could be)
 
@@ -316,7 +317,7 @@ def discover(sources: Sequence[Source], filters: Filters, *, timeout: float = 30
     cudas = _cuda_of_builds(groups, timeout, metadata)
     order = {source: position for position, source in enumerate(sources)}
     runtimes = [
-        Runtime(
+        PublishedRuntime(
             key.release,
             key.variant,
             key.python,

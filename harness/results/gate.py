@@ -26,6 +26,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from harness.core.errors import BadInputError, ExitCode
+from harness.core.versions import release_of
 from harness.results.diff import RunDiff
 from harness.results.known_breaks import State, outcomes
 from harness.results.model import CellResult, RunResult
@@ -267,6 +268,6 @@ def _counted(cells: Sequence[CellResult]) -> str:
 
 def _release(torch: str) -> str:
     try:
-        return Version(torch).public
+        return release_of(torch)
     except InvalidVersion:
         return torch

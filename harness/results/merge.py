@@ -19,10 +19,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from harness.core.errors import BadInputError
-from harness.pipeline import new_run_dir, point_latest
 from harness.plan import PlanIdentity
 from harness.results.diff import load_run
 from harness.results.model import RunResult, write_report
+from harness.results.rundir import new_run_dir, point_latest
 
 log = logging.getLogger(__name__)
 FILE_LIMIT = 128 * 2**20  # per file: a cell's logs are capped at 64 MB each, with a note of what was dropped

@@ -45,11 +45,6 @@ print(json.dumps({"version": torch.__version__, "schemas": sorted(out)}))
 """
 
 
-def release_of(torch_version: str) -> str:
-    """'2.13.0+cpu' -> '2.13.0': schemas are recorded per release, not per wheel variant."""
-    return Version(torch_version).base_version
-
-
 def op_key(schema_text: str) -> str:
     """'aten::add.out(Tensor self, ...) -> ...' -> 'aten::add.out'."""
     return schema_text.split("(", 1)[0].strip()
