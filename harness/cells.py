@@ -25,6 +25,7 @@ from harness.plan import Cell, Plan
 from harness.prepare import Prepared, Preparer
 from harness.provision.sources import uv_binary
 from harness.results.model import CellResult, relative_logs
+from harness.results.prediction import CellPrediction
 from harness.results.rundir import record_cell
 from harness.static.artifact import RuntimeFacts, python_problem, wheel_tags
 from harness.static.predict import Prediction, findings
@@ -139,7 +140,7 @@ class CellRunner:
         refused = installer_refusal(build.wheel, cell.runtime.python) if build.wheel else None
         if refused:  # as a user's pip would: the wheel never reaches this CPython, so no cell runs
             result = self.unrun(cell, refused, expectation, status=Status.LOAD_FAILED)
-            return dataclasses.replace(result, prediction=prediction.to_json() if prediction else None)
+            return dataclasses.replace(result, prediction=CellPrediction.of(prediction) if prediction else None)
         return None
 
     def _run(self, request: CellRequest, prediction: Prediction | None, expectation: Promise | None) -> CellResult:
@@ -165,7 +166,7 @@ class CellRunner:
                 "load": probe.load_s,
                 "tests": outcome.tests_seconds,
             },
-            prediction=prediction.to_json() if prediction else None,
+            prediction=CellPrediction.of(prediction) if prediction else None,
             doc_differences=probe.doc_differences,
             executor=execution.executor,
             findings=(

@@ -132,11 +132,10 @@ def direction(cell: CellResult, candidate: str) -> str:
 def evidence_of(cell: CellResult, candidate: str, new: bool | None) -> str:
     """A broken cell as evidence: what happened, the symbols it misses (and who first exports each), the tests."""
     parts = [f"{cell.id}: {cell.status.value}: {cell.reason}", direction(cell, candidate)]
-    missing = (cell.prediction or {}).get("missing", ())
+    missing = cell.prediction.missing if cell.prediction else ()
     if missing:
         parts.append(
-            "missing "
-            + ", ".join(f"{m['name']} (first exported by {m['introduced'] or 'no release'})" for m in missing)
+            "missing " + ", ".join(f"{m.name} (first exported by {m.introduced or 'no release'})" for m in missing)
         )
     elif cell.missing_symbol:
         parts.append(f"missing {cell.missing_symbol}")

@@ -1,6 +1,8 @@
-"""One rule per concept on the cell path: a torch version's release, a cell's timeout, and a preloading
-request, which runs fresh whatever the executor and carries its preload in the cell's environment."""
+"""One rule per concept on the cell path: a torch version's release, a cell's timeout, a preloading
+request (it runs fresh whatever the executor, its preload in the cell's environment), and the typed
+prediction a cell carries into its result."""
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -8,10 +10,16 @@ import pytest
 from harness.build import BuildResult
 from harness.cells import RunOptions, effective_timeout, timeouts_text
 from harness.config import load_matrix
+from harness.core.status import Condition
 from harness.core.versions import release_of
 from harness.execute.api import PRELOAD_TRACE, CellRequest, RuntimeHandle
 from harness.execute.forkserver import ForkserverBackend
 from harness.plan import Cell, make_plan
+from harness.results.prediction import CellPrediction
+from harness.static.artifact import Unmet
+from harness.static.op_calls import Fit, OpCall, OpFit, Via
+from harness.static.predict import MissingSymbol, Predicted, Prediction
+from harness.static.symbols import SymbolKind
 
 
 @pytest.mark.parametrize(
@@ -80,3 +88,19 @@ def test_a_preloading_request_runs_fresh_and_its_process_preloads_the_library(
     plain_view = backend.view(plain)
     assert "LD_PRELOAD" not in plain_view.environ and "HARNESS_PRELOAD_TRACE" not in plain_view.environ
     assert "forked by the forkserver" in plain_view.command
+
+
+def test_the_prediction_a_cell_carries_is_typed_and_written_as_the_static_prediction_writes_itself() -> None:
+    fits, fails = (
+        OpFit(OpCall(op, None, Via.SHIM, f"aoti_torch_cpu_{op}"), fit, why)
+        for op, fit, why in (("aten::add", Fit.FITS, "fits"), ("aten::narrow", Fit.FAILS, "no op aten::narrow"))
+    )
+    missing = MissingSymbol("aoti_torch_new", "aoti_torch_new", SymbolKind.STABLE, "2.15.0")
+    unmet = Unmet(Condition.NO_CUDA, "the runtime has no CUDA")
+    prediction = Prediction("2.14.1", Predicted.LOAD_FAILED, (missing,), 2, (unmet,), (fits, fails))
+    carried = CellPrediction.of(prediction)
+    assert carried.missing[0].kind is SymbolKind.STABLE and [c.op for c in carried.calls] == ["aten::narrow"]
+    assert carried.to_json() == prediction.to_json()
+    assert CellPrediction.from_json(carried.to_json()) == carried
+    plain = CellPrediction.of(dataclasses.replace(prediction, ops=(fits,)))
+    assert "ops" not in plain.to_json() and CellPrediction.from_json(plain.to_json()) == plain
