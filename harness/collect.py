@@ -178,7 +178,7 @@ def _missing_modules(entries: object) -> tuple[tuple[str, str], ...]:
 
 
 @dataclasses.dataclass(frozen=True)
-class Outcome:
+class CellOutcome:
     status: Status
     reason: str
     tests: CaseCounts
@@ -259,7 +259,7 @@ def missing_only(missing: tuple[tuple[str, str], ...], failures: int) -> str | N
     return f"{len(tests)} test(s) failed only on a missing module (first: {missing[0][0]}); {missing_fix(modules)}"
 
 
-def classify(execution: CellExecution, timeout: float) -> Outcome:
+def classify(execution: CellExecution, timeout: float) -> CellOutcome:
     record = ProbeRecord.read(execution.probe)
     probe = record or ProbeRecord()
     junit = read_junit(execution.junit)
@@ -267,8 +267,8 @@ def classify(execution: CellExecution, timeout: float) -> Outcome:
     failing = junit.failing if junit else ()
     tests_seconds = junit.seconds if junit else None
 
-    def outcome(status: Status, reason: str, **extra: Any) -> Outcome:
-        return Outcome(status, reason, counts, failing, probe=probe, tests_seconds=tests_seconds, **extra)
+    def outcome(status: Status, reason: str, **extra: Any) -> CellOutcome:
+        return CellOutcome(status, reason, counts, failing, probe=probe, tests_seconds=tests_seconds, **extra)
 
     if execution.decided:
         return outcome(*execution.decided)

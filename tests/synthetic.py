@@ -13,6 +13,9 @@ from harness.core.status import Condition, Status
 from harness.plan import PlanIdentity
 from harness.results.cases import CaseCounts, DocDifference
 from harness.results.model import CellResult, RunResult
+from harness.results.prediction import CellPrediction, PredictedMissing
+from harness.static.predict import Predicted
+from harness.static.symbols import SymbolKind
 from harness.verdict import Expected, Verdict
 
 RELEASES = ["2.9.1", "2.10.0", "2.11.0", "2.12.1", "2.13.0", "2.14.1", "2.15.0"]
@@ -61,12 +64,11 @@ def synthetic_run(cells: int) -> RunResult:
             status, verdict, reason = Status.ERROR, Verdict.ERROR, "the forkserver of torch ended while this cell ran"
         elif number % 113 == 9:
             status, verdict, reason = Status.TEST_FAILED, Verdict.KNOWN_BREAK, "2 of 12 tests failed"
-        prediction = {
-            "outcome": "loads" if promised else "load_failed",
-            "missing": [] if promised else [{"name": missing, "kind": "stable", "introduced": f"{target}.0"}],
-            "unstable": 0,
-            "unmet": [],
-        }
+        prediction = CellPrediction(
+            Predicted.LOADS if promised else Predicted.LOAD_FAILED,
+            () if promised else (PredictedMissing(str(missing), SymbolKind.STABLE, f"{target}.0"),),
+            0,
+        )
         results.append(
             CellResult(
                 id=cell_id,

@@ -70,10 +70,10 @@ def cmd_mutate(args: argparse.Namespace) -> int:
     """Shim mutants against the selected stable builds (harness/mutate/run.py); exit 3 when the run proves
     nothing (a failing baseline, a sentinel not killed, a cell in error), 1 below --min-score."""
     # The mutation machinery and the pipeline load only for `mutate`.
+    from harness.cells import RunOptions
     from harness.mutate.catalogue import load_catalogue
     from harness.mutate.report import MutationReport, write_mutation_report
     from harness.mutate.run import default_cells, mutate
-    from harness.pipeline import RunOptions
 
     catalogue = load_catalogue(args.catalogue).select(args.mutant)
     plan = make_plan(load_matrix(args.matrix), args.select)

@@ -290,7 +290,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 def execute(args: argparse.Namespace, plan: Plan) -> tuple[RunResult, Path]:
     """Build, run and report the plan's cells (`run`, `gate`); the grid is printed, the report written."""
     # Only the commands that run cells load the pipeline (executors, builds, the report writers): ~0.4 s.
-    from harness.pipeline import Pipeline, RunOptions, make_backend
+    from harness.cells import RunOptions
+    from harness.pipeline import Pipeline, make_backend
 
     matrix = plan.matrix
     if args.no_python_downloads:

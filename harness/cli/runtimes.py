@@ -17,8 +17,7 @@ from harness.config import DEFAULT_MATRIX, Sources
 from harness.config.matrix import load_matrix
 from harness.core.errors import ExitCode
 from harness.core.files import writable_dir
-from harness.provision.catalog import UNKNOWN, Catalog, Filters, discover, host_platforms
-from harness.provision.catalog import Runtime as ServedRuntime
+from harness.provision.catalog import UNKNOWN, Catalog, Filters, PublishedRuntime, discover, host_platforms
 from harness.provision.envs import default_cache_dir
 from harness.provision.index import sources_of
 from harness.provision.sources import resolve_sources
@@ -148,7 +147,7 @@ def cmd_runtimes(args: argparse.Namespace) -> int:
 
 def print_catalog(catalog: Catalog, all_platforms: bool, metadata: bool) -> None:
     """One section per release; a row per variant and source, with the Pythons it serves."""
-    rows: dict[tuple[Version, str, str], list[ServedRuntime]] = {}
+    rows: dict[tuple[Version, str, str], list[PublishedRuntime]] = {}
     for runtime in catalog.runtimes:
         rows.setdefault((runtime.release, runtime.variant, runtime.source.location), []).append(runtime)
     where = "every platform" if all_platforms else "this host's platform (--all-platforms: every one)"

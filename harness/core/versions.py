@@ -46,3 +46,15 @@ def parse_release(text: str) -> Version:
     if version.local or len(version.release) != 3:
         raise ValueError(f"{text!r} is not a release written as X.Y.Z (e.g. '2.10.0')")
     return version
+
+
+def release_of(torch_version: str) -> str:
+    """The release a torch version is a build of: its wheel variant (the local label) dropped.
+
+    '2.13.0+cpu' -> '2.13.0', '2.10.0+cu128' -> '2.10.0'. Only the label goes (packaging's `public`
+    version), never a pre-release, dev or post tag: a release candidate or a nightly is not the release
+    it precedes (its ABI and op schemas may still change), so '2.13.0rc1+cpu' -> '2.13.0rc1', and what
+    is recorded per release (op schemas, grid columns, compat ranges) does not claim it. Raises
+    ValueError (packaging's InvalidVersion) for text that is not a version.
+    """
+    return Version(torch_version).public

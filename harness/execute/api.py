@@ -28,6 +28,7 @@ from harness.static.symbols import library_exports
 
 log = logging.getLogger(__name__)
 
+PRELOAD_TRACE = "preload-trace.txt"  # in a cell's directory: what a library it preloads says it did
 LOG_LIMIT = 64 * 2**20  # bytes kept per stream; the rest is counted and dropped
 KILL_GRACE_SECONDS = 5.0  # after a timeout: SIGTERM, this long, then SIGKILL
 
@@ -71,6 +72,9 @@ class CellRequest:
     timeout: float
     threads: int = 1
     site_dirs: tuple[Path, ...] = ()  # the suite's test dependencies (host paths): on its path after the env's own
+    # Shared libraries the cell's process preloads (LD_PRELOAD, host paths), a shim mutant's interposer: such a
+    # cell runs in a fresh interpreter (a forkserver has loaded torch before any preload could take effect).
+    preload: tuple[Path, ...] = ()
 
     @property
     def site(self) -> Path:
@@ -106,6 +110,7 @@ class CellExecution:
     # failed it (ERROR), or cannot give it the GPU it asks for (SKIPPED).
     decided: tuple[Status, str] | None = None
     executor: str | None = None  # the Launched's kind; None when the cell never started
+    request: CellRequest | None = None  # what was run (None only where a record is made without an executor)
 
     @property
     def junit(self) -> Path:
@@ -242,7 +247,7 @@ class Executor(abc.ABC):
             stderr.close()
         seconds = time.monotonic() - started
         return CellExecution(
-            returncode, timed_out, launched_at, seconds, stdout.path, stderr.path, view, decided, executor
+            returncode, timed_out, launched_at, seconds, stdout.path, stderr.path, view, decided, executor, request
         )
 
     def _run(

@@ -271,18 +271,20 @@ class ForkserverBackend(VenvBackend):
 
     def view(self, request: CellRequest) -> CellView:
         view = super().view(request)
-        if self._forks(request.cell):
+        if self._forks(request):
             torch = request.runtime.torch_version
             preloaded = "".join(f", {m}" for m in self.preload)
             note = f"# forked by the forkserver of torch {torch} (imported once: torch, pytest{preloaded})"
             view = dataclasses.replace(view, command=view.command + "\n" + note)
         return view
 
-    def _forks(self, cell: Cell) -> bool:
-        return cell.runtime.device != "cuda"  # CUDA must not be initialised in a process that forks
+    def _forks(self, request: CellRequest) -> bool:
+        """Whether the cell is forked from its runtime's server; else it starts fresh, as the venv backend's do.
+        CUDA must not be initialised in a process that forks; a preload must be in place before torch loads."""
+        return request.cell.runtime.device != "cuda" and not request.preload
 
     def start(self, request: CellRequest, view: CellView, stdout: CappedLog, stderr: CappedLog) -> Launched:
-        if self._forks(request.cell):
+        if self._forks(request):
             server = self._server(request)
             if server is not None:
                 try:

@@ -23,6 +23,7 @@ from harness.core import commands, processes
 from harness.core.files import write_atomic
 from harness.execute import sandbox
 from harness.execute.api import (
+    PRELOAD_TRACE,
     CappedLog,
     CellRequest,
     CellView,
@@ -77,6 +78,7 @@ def cell_environ(
     probe_file: Path,
     tmp: Path,
     site_dirs: Sequence[Path] = (),
+    preload: Sequence[Path] = (),
     **extra: str,
 ) -> dict[str, str]:
     """The environment of a cell's pytest process, as paths are seen where it runs (host or container).
@@ -86,6 +88,8 @@ def cell_environ(
     or the build torch's own level), HARNESS_BUILD_TORCH the torch it was built against.
     HARNESS_SITE_DIRS names the suite's test dependencies: the probe appends them to sys.path (after the
     env's site-packages, where PYTHONPATH would put them first) before pytest looks for plugins.
+    A cell that preloads libraries (LD_PRELOAD) is told where they may say what they did: HARNESS_PRELOAD_TRACE,
+    a file in its own directory.
     """
     build = request.cell.build
     return {
@@ -93,6 +97,11 @@ def cell_environ(
         "TMPDIR": str(tmp),
         **interpreter_environ(request.threads, pythonpath),
         **({"HARNESS_SITE_DIRS": os.pathsep.join(map(str, site_dirs))} if site_dirs else {}),
+        **(
+            {"LD_PRELOAD": " ".join(map(str, preload)), "HARNESS_PRELOAD_TRACE": str(probe_file.parent / PRELOAD_TRACE)}
+            if preload
+            else {}
+        ),
         "HARNESS_PROBE_FILE": str(probe_file),
         "HARNESS_EXT_MODULE": build.extension.module,
         "HARNESS_DEVICE": request.cell.runtime.device,
@@ -171,6 +180,7 @@ class VenvBackend(Executor):
             probe_file=out / "probe.json",
             tmp=out / "tmp",
             site_dirs=request.site_dirs,
+            preload=request.preload,
             **host_environ(out),
         )
         tests = request.cell.build.extension.tests

@@ -21,7 +21,7 @@ from typing import Any
 
 from harness.core.files import write_atomic, write_json
 from harness.mutate.catalogue import CONVENTIONS, Mutant
-from harness.mutate.run import MutantCell, MutationRun, Verdict
+from harness.mutate.run import MutantCell, MutantVerdict, MutationRun
 
 SCHEMA_VERSION = 2  # 2: equivalent per extension, reached (outcomes), survivors with their reason, test_strength
 
@@ -52,15 +52,15 @@ class Score:
         reached = self.killed + self.survived - self.unreached
         return self.killed / reached if reached else None
 
-    def add(self, verdict: Verdict, equivalent: bool, reached: bool = True) -> Score:
+    def add(self, verdict: MutantVerdict, equivalent: bool, reached: bool = True) -> Score:
         field = {
-            Verdict.KILLED: "killed",
-            Verdict.SURVIVED: "survived",
-            Verdict.NOT_APPLICABLE: "not_applicable",
-            Verdict.ERROR: "errors",
+            MutantVerdict.KILLED: "killed",
+            MutantVerdict.SURVIVED: "survived",
+            MutantVerdict.NOT_APPLICABLE: "not_applicable",
+            MutantVerdict.ERROR: "errors",
         }[verdict]
         bumped = dataclasses.replace(self, **{field: getattr(self, field) + 1})
-        if verdict is Verdict.SURVIVED:
+        if verdict is MutantVerdict.SURVIVED:
             bumped = dataclasses.replace(
                 bumped, equivalent=bumped.equivalent + equivalent, unreached=bumped.unreached + (not reached)
             )
@@ -132,19 +132,19 @@ class Survivor:
         }
 
 
-def mutant_verdict(cells: Iterable[MutantCell]) -> Verdict:
+def mutant_verdict(cells: Iterable[MutantCell]) -> MutantVerdict:
     """One mutant over the cells of one extension: survived anywhere beats error beats killed."""
     verdicts = {c.verdict for c in cells}
-    for verdict in (Verdict.SURVIVED, Verdict.ERROR, Verdict.KILLED):
+    for verdict in (MutantVerdict.SURVIVED, MutantVerdict.ERROR, MutantVerdict.KILLED):
         if verdict in verdicts:
             return verdict
-    return Verdict.NOT_APPLICABLE
+    return MutantVerdict.NOT_APPLICABLE
 
 
 @dataclasses.dataclass(frozen=True)
 class MutationReport:
     run: MutationRun
-    verdicts: dict[tuple[str, str], Verdict]  # (extension, mutant id) -> verdict
+    verdicts: dict[tuple[str, str], MutantVerdict]  # (extension, mutant id) -> verdict
     reached: dict[tuple[str, str], bool]  # (extension, mutant id) -> its behaviour changed in one of the cells
 
     @classmethod
@@ -173,7 +173,7 @@ class MutationReport:
             mutant = self.mutants[mutant_id]
             if ext != extension or mutant.sentinel or (convention and mutant.convention != convention):
                 continue
-            justified = verdict is Verdict.SURVIVED and mutant.justification(ext) is not None
+            justified = verdict is MutantVerdict.SURVIVED and mutant.justification(ext) is not None
             score = score.add(verdict, justified, self.reached.get((ext, mutant_id), False))
         return score
 
@@ -188,15 +188,15 @@ class MutationReport:
         for mutant in self.run.catalogue.sentinels:
             mine = [c for c in self.run.cells if c.mutant == mutant.id]
             for cell in mine:
-                if cell.verdict in {Verdict.SURVIVED, Verdict.ERROR}:
+                if cell.verdict in {MutantVerdict.SURVIVED, MutantVerdict.ERROR}:
                     problems.append(f"sentinel {mutant.id} {cell.verdict.value} on {cell.cell}: {cell.reason}")
-            if mine and all(c.verdict is Verdict.NOT_APPLICABLE for c in mine):
+            if mine and all(c.verdict is MutantVerdict.NOT_APPLICABLE for c in mine):
                 problems.append(f"sentinel {mutant.id} applies to no build: nothing proves interposition happens")
         return problems
 
     @property
     def errors(self) -> list[MutantCell]:
-        return [c for c in self.run.cells if c.verdict is Verdict.ERROR]
+        return [c for c in self.run.cells if c.verdict is MutantVerdict.ERROR]
 
     @property
     def survivors(self) -> list[Survivor]:
@@ -205,12 +205,12 @@ class MutationReport:
         result = []
         for ext in self.extensions:
             for mutant in self.run.catalogue.mutants:
-                if mutant.sentinel or self.verdicts.get((ext, mutant.id)) is not Verdict.SURVIVED:
+                if mutant.sentinel or self.verdicts.get((ext, mutant.id)) is not MutantVerdict.SURVIVED:
                     continue
                 cells = tuple(
                     c
                     for c in self.run.cells
-                    if c.extension == ext and c.mutant == mutant.id and c.verdict is Verdict.SURVIVED
+                    if c.extension == ext and c.mutant == mutant.id and c.verdict is MutantVerdict.SURVIVED
                 )
                 result.append(Survivor(ext, mutant, cells, self.reached[(ext, mutant.id)], mutant.justification(ext)))
         return result
@@ -259,8 +259,8 @@ class MutationReport:
             f"# Mutation run {run.run_id}",
             "",
             f"{len(run.catalogue.mutants)} shim mutants on {len(run.baselines)} cell(s) in {run.seconds:.0f} s "
-            f"(catalogue {run.catalogue.path.name}); {sum(c.verdict is not Verdict.NOT_APPLICABLE for c in run.cells)}"
-            " mutant cells ran.",
+            f"(catalogue {run.catalogue.path.name}); "
+            f"{sum(c.verdict is not MutantVerdict.NOT_APPLICABLE for c in run.cells)} mutant cells ran.",
             "",
         ]
         if not self.ok:
@@ -316,8 +316,8 @@ class MutationReport:
         return "\n".join(lines) + "\n"
 
     def _outcome(self, extension: str, mutant_id: str) -> str:
-        verdict = self.verdicts.get((extension, mutant_id), Verdict.NOT_APPLICABLE)
-        if verdict is Verdict.SURVIVED and not self.reached[(extension, mutant_id)]:
+        verdict = self.verdicts.get((extension, mutant_id), MutantVerdict.NOT_APPLICABLE)
+        if verdict is MutantVerdict.SURVIVED and not self.reached[(extension, mutant_id)]:
             return "survived (never reached)"
         return verdict.value
 

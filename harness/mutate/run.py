@@ -1,9 +1,9 @@
 """Run shim mutants: every selected stable build's own suite, once plain (the baseline) and once per mutant.
 
-A mutant cell is an ordinary cell (the venv backend's isolation, timeout and logs) whose process starts
-with the mutant's interposer in LD_PRELOAD. It runs as a fresh interpreter: a forkserver has imported
-torch before any cell, so a library preloaded into a cell forked from it would come too late (one
-forkserver per mutant and runtime would import torch once per mutant anyway). Verdicts: the suite
+A mutant cell is an ordinary cell, prepared and run as `run` runs its cells (harness/cells.py: the same
+test dependencies, timeout, sandbox and logs), whose request preloads the mutant's interposer (LD_PRELOAD).
+Such a request runs in a fresh interpreter whatever the executor: a forkserver has imported torch before
+any cell, so a library preloaded into a cell forked from it would come too late. Verdicts: the suite
 fails, crashes, hangs or cannot load -> killed; it passes -> survived; the build imports none of the
 mutant's functions -> not applicable; the cell could not say (the harness failed, or the interposer
 found no real function to forward to) -> error. A baseline that does not pass is an error of the run,
@@ -21,16 +21,16 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from harness.build import BuildResult
-from harness.collect import classify, read_untrusted
-from harness.core import commands
+from harness.cells import CellRunner, RunOptions, runtime_facts, timeouts_text
+from harness.collect import read_untrusted
 from harness.core.status import Status
-from harness.execute.api import CellRequest, CellView, RuntimeHandle
-from harness.execute.venv import VenvBackend
+from harness.core.versions import release_of
+from harness.execute.api import PRELOAD_TRACE, Executor
 from harness.mutate.catalogue import Catalogue, Mutant
 from harness.mutate.interposer import Interposer, build_interposer
-from harness.pipeline import Observer, Pipeline, RunOptions, env_spec, runtime_facts
+from harness.pipeline import make_backend
 from harness.plan import Cell, Plan
+from harness.prepare import Observer, Prepared, Preparer
 from harness.results.rundir import new_run_dir
 from harness.static.artifact import ArtifactFacts
 from harness.static.manifest import packaged_manifest
@@ -38,10 +38,9 @@ from harness.static.symbols import read_artifact
 from harness.verdict import Expected, promise
 
 log = logging.getLogger(__name__)
-TRACE = "mutant-trace.txt"
 
 
-class Verdict(enum.StrEnum):
+class MutantVerdict(enum.StrEnum):
     KILLED = "killed"
     SURVIVED = "survived"
     NOT_APPLICABLE = "not_applicable"
@@ -57,7 +56,7 @@ class MutantCell:
     extension: str
     build: str
     runtime: str
-    verdict: Verdict | None  # None for a baseline
+    verdict: MutantVerdict | None  # None for a baseline
     status: str | None  # the cell's status as a run would report it (None: not run)
     reason: str
     hit: bool = False  # the interposer changed a behaviour at least once
@@ -111,55 +110,32 @@ def default_cells(plan: Plan, releases: Sequence[str]) -> tuple[Cell, ...]:
     )
 
 
-class PreloadingBackend(VenvBackend):
-    """The venv backend, fresh processes, with each mutant cell's interposer preloaded from its start."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.preloads: dict[Path, Path] = {}  # a cell's directory -> the library its process preloads
-
-    def view(self, request: CellRequest) -> CellView:
-        view = super().view(request)
-        environ = dict(view.environ, HARNESS_MUTANT_TRACE=str(request.out_dir / TRACE))
-        library = self.preloads.get(request.out_dir)
-        if library is not None:
-            environ["LD_PRELOAD"] = str(library)
-        where = view.command.split("\n", 1)[1:]  # the sandbox line stays as the backend wrote it
-        command = "\n".join([commands.shell_line(list(view.argv), environ, request.out_dir), *where])
-        return dataclasses.replace(view, environ=environ, command=command)
-
-
 class MutantExecutor:
-    """Runs baseline and mutant cells, each in a directory of its own under the run's cells/."""
+    """Runs baseline and mutant cells through the run's cell path, each in a directory of its own under cells/."""
 
-    def __init__(self, run_dir: Path, timeout: float) -> None:
-        self.backend = PreloadingBackend()
-        self.run_dir = run_dir
-        self.timeout = timeout
+    def __init__(self, runner: CellRunner) -> None:
+        self.runner = runner
 
-    def run(
-        self, cell: Cell, handle: RuntimeHandle, build: BuildResult, mutant: Mutant | None, library: Path | None
-    ) -> MutantCell:
+    def run(self, cell: Cell, mutant: Mutant | None, library: Path | None) -> MutantCell:
         name = f"{mutant.id if mutant else 'baseline'}~{cell.id}"
-        out = self.run_dir / "cells" / name
+        out = self.runner.run_dir / "cells" / name
         out.mkdir(parents=True, exist_ok=True)
-        if library is not None:
-            self.backend.preloads[out] = library
-        execution = self.backend.execute(CellRequest(cell, handle, build, out, self.timeout))
-        outcome = classify(execution, self.timeout)
-        trace = (read_untrusted(out / TRACE, 1 << 20) or b"").decode(errors="replace").split()
+        request = self.runner.request(cell, out, (library,) if library is not None else ())
+        execution, outcome = self.runner.execute(request)
+        outcome = self.runner.reconsider(request, execution, outcome)
+        trace = (read_untrusted(out / PRELOAD_TRACE, 1 << 20) or b"").decode(errors="replace").split()
         failing = f" ({', '.join(outcome.failing[:3])}{', ...' if len(outcome.failing) > 3 else ''})"
         reason = outcome.reason + (failing if outcome.failing else "")
-        verdict: Verdict | None = None
+        verdict: MutantVerdict | None = None
         if mutant is not None:
             if "unresolved" in trace:
-                verdict, reason = Verdict.ERROR, "the interposer found no real function to forward to: " + reason
+                verdict, reason = MutantVerdict.ERROR, "the interposer found no real function to forward to: " + reason
             elif outcome.status is Status.PASS:
-                verdict = Verdict.SURVIVED
+                verdict = MutantVerdict.SURVIVED
             elif outcome.status in {Status.TEST_FAILED, Status.CRASHED, Status.TIMEOUT, Status.LOAD_FAILED}:
-                verdict = Verdict.KILLED
+                verdict = MutantVerdict.KILLED
             else:
-                verdict = Verdict.ERROR
+                verdict = MutantVerdict.ERROR
         return MutantCell(
             mutant.id if mutant else None,
             cell.id,
@@ -171,7 +147,7 @@ class MutantExecutor:
             reason,
             "hit" in trace,
             execution.seconds,
-            str(out.relative_to(self.run_dir)),
+            str(out.relative_to(self.runner.run_dir)),
         )
 
 
@@ -182,10 +158,80 @@ def not_applicable(cell: Cell, mutant: Mutant, why: str) -> MutantCell:
         cell.build.extension.name,
         cell.build.id,
         cell.runtime.id,
-        Verdict.NOT_APPLICABLE,
+        MutantVerdict.NOT_APPLICABLE,
         None,
         why,
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class Selection:
+    """The plan's cells a mutation run can use: built, and promised to pass by what the artifact needs."""
+
+    runnable: tuple[Cell, ...]
+    skipped: tuple[str, ...]
+    imports: dict[str, frozenset[str]]  # cell id -> every symbol its build imports
+
+    @classmethod
+    def of(cls, plan: Plan, prepared: Prepared) -> Selection:
+        runnable: list[Cell] = []
+        skipped: list[str] = []
+        imports: dict[str, frozenset[str]] = {}
+        for cell in plan.cells:
+            result = prepared.builds[cell.build]
+            if not result.ok or result.wheel is None:
+                skipped.append(f"{cell.id}: not built ({result.reason})")
+                continue
+            objects = read_artifact(result.wheel)
+            facts = runtime_facts(cell, prepared.handles[cell.runtime])
+            kept = promise(cell, ArtifactFacts.of(result.wheel, objects), facts)
+            if kept.expected is not Expected.PASS:
+                skipped.append(f"{cell.id}: not promised to pass here ({kept.why})")
+                continue
+            imports[cell.id] = frozenset(name for o in objects for name in o.imports)
+            runnable.append(cell)
+        return cls(tuple(runnable), tuple(skipped), imports)
+
+
+def interposers(
+    catalogue: Catalogue, passing: Sequence[Cell], prepared: Prepared, options: RunOptions, observer: Observer
+) -> dict[tuple[str, str], Interposer]:
+    """Every mutant's interposer for each torch release the passing cells run on: (mutant id, release) -> it."""
+    releases = {release_of(prepared.handles[c.runtime].torch_version): prepared.handles[c.runtime] for c in passing}
+    observer.stage("interposers", f"{len(catalogue.mutants)} mutant(s) x {len(releases)} runtime release(s)")
+    manifest = packaged_manifest()
+    cache_dir = options.cache_dir
+
+    def compile_one(job: tuple[Mutant, str]) -> tuple[tuple[str, str], Interposer]:
+        mutant, release = job
+        include = releases[release].torch_lib.parent / "include"
+        return (mutant.id, release), build_interposer(mutant, release, include, manifest, cache_dir)
+
+    with concurrent.futures.ThreadPoolExecutor(max(1, options.jobs)) as pool:
+        return dict(pool.map(compile_one, [(m, r) for m in catalogue.mutants for r in releases]))
+
+
+def run_mutants(
+    executor: MutantExecutor,
+    backend: Executor,
+    todo: Sequence[tuple[Cell, Mutant, Path]],
+    jobs: int,
+    progress: Callable[[MutantCell, int, int], None],
+) -> list[MutantCell]:
+    """Every mutant cell, `jobs` at a time; an interrupt stops the running ones and goes on."""
+    cells: list[MutantCell] = []
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        futures = [pool.submit(executor.run, cell, mutant, library) for cell, mutant, library in todo]
+        try:
+            for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
+                cells.append(future.result())
+                progress(cells[-1], done, len(todo))
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            backend.stop_all()
+            raise
+    return cells
 
 
 def mutate(
@@ -197,76 +243,39 @@ def mutate(
 ) -> MutationRun:
     """The whole mutation run over the plan's cells (choose them with default_cells)."""
     started_at, started = datetime.datetime.now(datetime.UTC), time.monotonic()
-    pipeline = Pipeline(plan, options, observer)
-    envs = pipeline.provision()
-    handles = pipeline.backend.prepare({r: envs.get(env_spec(r)) for r in plan.needed_runtimes})
-    builds = pipeline.build_all(envs)
+    backend = make_backend("venv", plan.matrix, options.cache_dir)
+    preparer = Preparer(plan, options.cache_dir, options.jobs, observer, backend)
+    prepared = preparer.prepare()
     run_id, run_dir = new_run_dir(options.reports_dir)
-    timeout = options.cell_timeout if options.cell_timeout is not None else plan.matrix.settings.cell_timeout
-    executor = MutantExecutor(run_dir, timeout)
-    manifest = packaged_manifest()
-
-    runnable: list[Cell] = []
-    skipped: list[str] = []
-    imports: dict[str, frozenset[str]] = {}
-    for cell in plan.cells:
-        result = builds[cell.build]
-        if not result.ok or result.wheel is None:
-            skipped.append(f"{cell.id}: not built ({result.reason})")
-            continue
-        objects = read_artifact(result.wheel)
-        kept = promise(cell, ArtifactFacts.of(result.wheel, objects), runtime_facts(cell, handles[cell.runtime]))
-        if kept.expected is not Expected.PASS:
-            skipped.append(f"{cell.id}: not promised to pass here ({kept.why})")
-            continue
-        imports[cell.id] = frozenset(name for o in objects for name in o.imports)
-        runnable.append(cell)
-
+    runner = CellRunner(plan, options, backend, preparer, prepared, run_dir)
+    executor = MutantExecutor(runner)
+    selection = Selection.of(plan, prepared)
     jobs = max(1, options.jobs)
-    observer.stage("baseline", f"{len(runnable)} cell(s) without a mutant")
-    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-        baselines = list(pool.map(lambda c: executor.run(c, handles[c.runtime], builds[c.build], None, None), runnable))
-    passing = [c for c, b in zip(runnable, baselines, strict=True) if b.status == Status.PASS.value]
-
-    releases = {handles[c.runtime].torch_version.split("+")[0]: handles[c.runtime] for c in passing}
-    observer.stage("interposers", f"{len(catalogue.mutants)} mutant(s) x {len(releases)} runtime release(s)")
-
-    def compile_one(job: tuple[Mutant, str]) -> tuple[tuple[str, str], Interposer]:
-        mutant, release = job
-        include = releases[release].torch_lib.parent / "include"
-        return (mutant.id, release), build_interposer(mutant, release, include, manifest, options.cache_dir)
-
-    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-        interposers = dict(pool.map(compile_one, [(m, r) for m in catalogue.mutants for r in releases]))
-
-    todo: list[tuple[Cell, Mutant, Path]] = []
-    cells: list[MutantCell] = []
-    for cell in passing:
-        release = handles[cell.runtime].torch_version.split("+")[0]
-        for mutant in catalogue.mutants:
-            interposer = interposers[(mutant.id, release)]
-            if not mutant.applies_to(imports[cell.id]):
-                cells.append(not_applicable(cell, mutant, f"the build imports none of {', '.join(mutant.functions)}"))
-            elif interposer.library is None:
-                cells.append(not_applicable(cell, mutant, f"torch {release} declares none of its functions"))
-            else:
-                todo.append((cell, mutant, interposer.library))
-    observer.stage("mutants", f"{len(todo)} mutant cell(s), {jobs} at a time, timeout {timeout:.0f} s")
-    total = len(todo)
-    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-        futures = [
-            pool.submit(executor.run, cell, handles[cell.runtime], builds[cell.build], mutant, library)
-            for cell, mutant, library in todo
-        ]
-        try:
-            for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
-                cells.append(future.result())
-                progress(cells[-1], done, total)
-        except BaseException:
-            for future in futures:
-                future.cancel()
-            executor.backend.stop_all()
-            raise
+    observer.stage("baseline", f"{len(selection.runnable)} cell(s) without a mutant")
+    backend.begin_run(selection.runnable)
+    try:
+        with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+            baselines = list(pool.map(lambda c: executor.run(c, None, None), selection.runnable))
+        passing = [c for c, b in zip(selection.runnable, baselines, strict=True) if b.status == Status.PASS.value]
+        made = interposers(catalogue, passing, prepared, options, observer)
+        todo: list[tuple[Cell, Mutant, Path]] = []
+        cells: list[MutantCell] = []
+        for cell in passing:
+            release = release_of(prepared.handles[cell.runtime].torch_version)
+            for mutant in catalogue.mutants:
+                library = made[(mutant.id, release)].library
+                if not mutant.applies_to(selection.imports[cell.id]):
+                    why = f"the build imports none of {', '.join(mutant.functions)}"
+                    cells.append(not_applicable(cell, mutant, why))
+                elif library is None:
+                    cells.append(not_applicable(cell, mutant, f"torch {release} declares none of its functions"))
+                else:
+                    todo.append((cell, mutant, library))
+        timeouts = timeouts_text(passing, options, plan.matrix)
+        observer.stage("mutants", f"{len(todo)} mutant cell(s), {jobs} at a time, {timeouts}")
+        cells += run_mutants(executor, backend, todo, jobs, progress)
+    finally:
+        backend.end_run()
     order = {m.id: i for i, m in enumerate(catalogue.mutants)}
     cells.sort(key=lambda c: (order[c.mutant or ""], c.cell))
     return MutationRun(
@@ -277,5 +286,5 @@ def mutate(
         catalogue,
         tuple(baselines),
         tuple(cells),
-        tuple(skipped),
+        selection.skipped,
     )

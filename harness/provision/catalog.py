@@ -33,6 +33,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from harness.core.errors import InfrastructureError
+from harness.core.versions import release_of
 from harness.provision.index import PROJECT, Listed, Source, fetch, list_source, local_path, reason_of
 from harness.static.artifact import cuda_major
 
@@ -89,7 +90,7 @@ def wheels_of(listed: Listed, source: Source) -> list[TorchWheel]:
             continue
         threaded = tag.abi == f"{tag.interpreter}t"
         pythons.setdefault((f"{match[1]}.{match[2]}", threaded), set()).add(tag.platform)
-    release = Version(version.public)
+    release = Version(release_of(str(version)))
     variant = version.local or AUTO
     return [
         TorchWheel(release, variant, python, threaded, frozenset(platforms), source, listed)
@@ -162,7 +163,7 @@ class _Build(NamedTuple):
 
 
 class _Key(NamedTuple):
-    """A runtime as one source serves it (what a Runtime is, less its platforms and CUDA)."""
+    """A runtime as one source serves it (what a PublishedRuntime is, less its platforms and CUDA)."""
 
     release: Version
     variant: str
@@ -176,7 +177,7 @@ class _Key(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class Runtime:
+class PublishedRuntime:
     """A runtime a matrix could name: a release, a variant and a CPython, as one source serves it.
 
     cuda: the CUDA major of its torch ("12", "13"), "none" for a build without CUDA, or "unknown"
@@ -216,7 +217,7 @@ class Catalog:
     """What the sources serve, after the filters; hidden counts the wheel files each filter left out."""
 
     sources: tuple[Source, ...]
-    runtimes: tuple[Runtime, ...]
+    runtimes: tuple[PublishedRuntime, ...]
     hidden: tuple[tuple[Hidden, int], ...] = ()
     variants_seen: tuple[str, ...] = ()  # every variant listed, shown or not (to say what --variant could be)
 
@@ -265,7 +266,7 @@ def discover(sources: Sequence[Source], filters: Filters, *, timeout: float = 30
     cudas = _cuda_of_builds(groups, timeout, metadata)
     order = {source: position for position, source in enumerate(sources)}
     runtimes = [
-        Runtime(
+        PublishedRuntime(
             key.release,
             key.variant,
             key.python,

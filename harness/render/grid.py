@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from packaging.version import InvalidVersion, Version
 from rich.cells import cell_len
 
+from harness.core.versions import release_of
 from harness.results.model import CellResult, RunResult
 from harness.verdict import Verdict
 
@@ -267,7 +268,7 @@ def _md_row(cells: Sequence[str]) -> str:
 def _release(cell: CellResult) -> str:
     """2.10.0+cu128 -> 2.10.0; from the runtime id when its torch is not a version (r2.10.0-cpu -> 2.10.0)."""
     try:
-        return Version(cell.runtime_torch).public
+        return release_of(cell.runtime_torch)
     except InvalidVersion:
         found = RELEASE_PREFIX.match(cell.runtime_id)
         return found.group(1) if found else cell.runtime_torch

@@ -95,7 +95,7 @@ def reproduce(run: RunResult, cell: CellResult) -> str:
 
 def details(run: RunResult, cell: CellResult, run_dir: Path | None) -> dict[str, Any]:
     """What the page shows when the cell is clicked."""
-    prediction = cell.prediction or {}
+    prediction = cell.prediction
     plain = cell.status is Status.PASS and cell.verdict is Verdict.KEPT
     tails = {}
     # The build's log says something only when the build is what failed (or the harness did).
@@ -122,11 +122,9 @@ def details(run: RunResult, cell: CellResult, run_dir: Path | None) -> dict[str,
         f"{cell.tests.errors} errors",
         "failing": list(cell.failing_tests),
         "missing_symbol": cell.missing_symbol,
-        "missing": [
-            {"name": m["name"], "kind": m["kind"], "introduced": m["introduced"]} for m in prediction.get("missing", ())
-        ],
-        "prediction": prediction.get("outcome"),
-        "unmet": [u["why"] for u in prediction.get("unmet", ())],
+        "missing": [m.to_json() for m in prediction.missing] if prediction else [],
+        "prediction": prediction.outcome.value if prediction else None,
+        "unmet": [u.why for u in prediction.unmet] if prediction else [],
         "findings": list(cell.findings),
         "docs": [{"key": d.key, "text": d.text} for d in cell.doc_differences],
         "attempts": [a.line(n) for n, a in enumerate(cell.attempts, 1)],

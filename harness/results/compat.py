@@ -19,6 +19,7 @@ from packaging.version import InvalidVersion, Version
 
 from harness.core.status import Status
 from harness.core.text import natural_key
+from harness.core.versions import release_of
 from harness.results.model import CellResult, RunResult
 from harness.verdict import Verdict
 
@@ -30,9 +31,9 @@ def proven(cell: CellResult) -> bool:
     return cell.status is Status.PASS and cell.verdict in PROVING
 
 
-def release_of(cell: CellResult) -> Version:
+def cell_release(cell: CellResult) -> Version:
     try:
-        return Version(Version(cell.runtime_torch).public)
+        return Version(release_of(cell.runtime_torch))
     except InvalidVersion:
         return Version("0")
 
@@ -68,10 +69,10 @@ class Claim:
         proofs = self.proofs
         if not proofs:
             return False
-        releases = [release_of(c) for c in proofs]
+        releases = [cell_release(c) for c in proofs]
         pythons = [_python_key(c.runtime_python) for c in proofs]
         return (
-            min(releases) <= release_of(cell) <= max(releases)
+            min(releases) <= cell_release(cell) <= max(releases)
             and min(pythons) <= _python_key(cell.runtime_python) <= max(pythons)
             and cuda_of(cell) in {cuda_of(c) for c in proofs}
         )
@@ -86,7 +87,7 @@ class Claim:
         proofs = self.proofs
         if not proofs:
             return "proven on no runtime of this run"
-        releases = sorted({minor(release_of(c)) for c in proofs}, key=_python_key)
+        releases = sorted({minor(cell_release(c)) for c in proofs}, key=_python_key)
         pythons = sorted({c.runtime_python or "?" for c in proofs}, key=_python_key)
         kinds = sorted({cuda_of(c) for c in proofs})
         cuda = [k.removeprefix("CUDA ") for k in kinds if k.startswith("CUDA ")]
@@ -97,8 +98,8 @@ class Claim:
     def by_release(self) -> dict[str, str]:
         """Per torch minor: ✅ proven on every runtime of it tested, ❌ on none, else ⚠️ proven/tested."""
         out: dict[str, str] = {}
-        for key in sorted({minor(release_of(c)) for c in self.cells}, key=_python_key):
-            mine = [c for c in self.cells if minor(release_of(c)) == key]
+        for key in sorted({minor(cell_release(c)) for c in self.cells}, key=_python_key):
+            mine = [c for c in self.cells if minor(cell_release(c)) == key]
             good = sum(proven(c) for c in mine)
             out[key] = "✅" if good == len(mine) else "❌" if not good else f"⚠️ {good}/{len(mine)}"
         return out

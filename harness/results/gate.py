@@ -27,6 +27,7 @@ from packaging.version import InvalidVersion, Version
 
 from harness.core.errors import BadInputError, ExitCode
 from harness.core.text import md_text
+from harness.core.versions import release_of
 from harness.results.diff import RunDiff
 from harness.results.known_breaks import Outcome, State, outcomes
 from harness.results.model import CellResult, RunResult
@@ -134,11 +135,10 @@ def direction(cell: CellResult, candidate: str) -> str:
 def evidence_of(cell: CellResult, candidate: str, new: bool | None) -> str:
     """A broken cell as evidence: what happened, the symbols it misses (and who first exports each), the tests."""
     parts = [f"{cell.id}: {cell.status.value}: {cell.reason}", direction(cell, candidate)]
-    missing = (cell.prediction or {}).get("missing", ())
+    missing = cell.prediction.missing if cell.prediction else ()
     if missing:
         parts.append(
-            "missing "
-            + ", ".join(f"{m['name']} (first exported by {m['introduced'] or 'no release'})" for m in missing)
+            "missing " + ", ".join(f"{m.name} (first exported by {m.introduced or 'no release'})" for m in missing)
         )
     elif cell.missing_symbol:
         parts.append(f"missing {cell.missing_symbol}")
@@ -288,6 +288,6 @@ def _counted(cells: Sequence[CellResult]) -> str:
 
 def _release(torch: str) -> str:
     try:
-        return Version(torch).public
+        return release_of(torch)
     except InvalidVersion:
         return torch

@@ -19,6 +19,7 @@ from harness.plan import Cell, PlanIdentity
 from harness.provision.host import HostFacts
 from harness.results.cases import CaseCounts, DocDifference
 from harness.results.known_breaks import outcomes
+from harness.results.prediction import CellPrediction
 from harness.verdict import KEEPS_PROMISE, Expected, Promise, Verdict, judge, promise
 
 # 2: each cell has its static prediction and findings; 3: and its doc_differences; 4: the run's plan identity
@@ -89,7 +90,7 @@ class CellResult:
     missing_symbol: str | None = None
     durations: dict[str, float | None] = dataclasses.field(default_factory=dict)
     logs: dict[str, str] = dataclasses.field(default_factory=dict)
-    prediction: dict[str, Any] | None = None  # the static prediction made before the cell ran
+    prediction: CellPrediction | None = None  # the static prediction made before the cell ran
     findings: tuple[str, ...] = ()  # the outcome disagrees with the prediction; a prebuilt wheel with its claim
     doc_differences: tuple[DocDifference, ...] = ()  # what its tests saw the runtime do other than documented
     executor: str | None = None  # how its process started (fresh, forkserver, container); None: it did not start
@@ -172,7 +173,7 @@ class CellResult:
             "missing_symbol": self.missing_symbol,
             "durations": {k: (round(v, 3) if v is not None else None) for k, v in sorted(self.durations.items())},
             "logs": dict(sorted(self.logs.items())),
-            "prediction": self.prediction,
+            "prediction": self.prediction.to_json() if self.prediction else None,
             "findings": list(self.findings),
             "doc_differences": [d.to_json() for d in self.doc_differences],
             "executor": self.executor,
@@ -208,7 +209,7 @@ class CellResult:
             missing_symbol=data["missing_symbol"],
             durations=data["durations"],
             logs=_own_files(data["id"], data["logs"]),
-            prediction=data.get("prediction"),  # absent in schema_version 1
+            prediction=CellPrediction.from_json(found) if (found := data.get("prediction")) else None,  # from 2
             findings=tuple(data.get("findings", ())),
             doc_differences=tuple(DocDifference.from_json(d) for d in data.get("doc_differences", ())),  # from 3
             executor=data.get("executor"),  # from 4

@@ -129,14 +129,15 @@ def find_latent_breaks(
     return found
 
 
-def probe_source(header: str, names: list[str]) -> str:
+def address_probe_source(header: str, names: list[str]) -> str:
+    """A function taking the address of each name, seen through one header: it compiles if each is declared."""
     uses = "\n".join(f"  (void)&{name};" for name in names)
     return f"#include <{header}>\n\nvoid harness_probe() {{\n{uses}\n}}\n"
 
 
 def compiles(include: Path, header: str, names: list[str], target: ApiLevel, workdir: Path, cuda: Path | None) -> bool:
     source = workdir / "probe.cpp"
-    source.write_text(probe_source(header, names))
+    source.write_text(address_probe_source(header, names))
     argv = ["c++", "-fsyntax-only", "-std=c++17", f"-DTORCH_TARGET_VERSION={target.hex}ULL", f"-I{include}"]
     if cuda is not None:
         argv += ["-DUSE_CUDA", f"-I{cuda}"]

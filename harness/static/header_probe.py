@@ -26,7 +26,7 @@ from elftools.elf.sections import SymbolTableSection
 
 from harness.core.errors import InfrastructureError
 from harness.core.versions import ApiLevel
-from harness.static.symbols import STABLE_C_NAME
+from harness.static.symbols import STABLE_C_NAME, demangle
 from harness.static.visibility import public_headers
 
 COMPILE_TIMEOUT_S = 300
@@ -103,7 +103,8 @@ class HeaderFinding:
         }
 
 
-def probe_source(headers: Sequence[str], macros: Sequence[MacroProbe]) -> str:
+def macro_probe_source(headers: Sequence[str], macros: Sequence[MacroProbe]) -> str:
+    """One translation unit: every header included, then a use of each macro (its function named for it)."""
     includes = "".join(f"#include <{h}>\n" for h in headers)
     return includes + PRELUDE + "\n".join(m.source() for m in macros)
 
@@ -188,14 +189,6 @@ def imports_by_function(obj: Path) -> dict[str, frozenset[str]]:
     return found
 
 
-def demangle(names: Sequence[str]) -> dict[str, str]:
-    if not names:
-        return {}
-    proc = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True, check=False)
-    readable = proc.stdout.splitlines() if proc.returncode == 0 else list(names)
-    return dict(zip(names, readable if len(readable) == len(names) else names, strict=True))
-
-
 def probe_headers(
     include: Path,
     target: ApiLevel,
@@ -209,7 +202,7 @@ def probe_headers(
     findings: list[HeaderFinding] = []
     remaining = list(macros)
     while True:
-        source = probe_source(headers, remaining)
+        source = macro_probe_source(headers, remaining)
         obj, errors = compile_probe(include, source, target, workdir, cuda_include)
         if obj is not None:
             break

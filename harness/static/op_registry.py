@@ -22,8 +22,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
 from typing import Any
 
-from packaging.version import Version
-
 from harness.core.errors import BadInputError
 from harness.static.op_schema import Change, Difference, Schema, compare, overall, parse
 
@@ -31,11 +29,6 @@ log = logging.getLogger(__name__)
 
 OP_SCHEMAS_VERSION = 1
 DATA_FILE = "op_schemas.json"
-
-
-def release_of(torch_version: str) -> str:
-    """'2.13.0+cpu' -> '2.13.0': schemas are recorded per release, not per wheel variant."""
-    return Version(torch_version).base_version
 
 
 def op_key(schema_text: str) -> str:

@@ -30,7 +30,7 @@ from typing import Any
 from packaging.version import Version
 
 from harness.core.errors import BadInputError, InfrastructureError
-from harness.core.versions import ApiLevel
+from harness.core.versions import ApiLevel, release_of
 
 log = logging.getLogger(__name__)
 
@@ -316,8 +316,8 @@ def include_of_wheel(wheel: Path, workdir: Path) -> HeaderSource:
         names = archive.namelist()
         if "torch/version.py" not in names:
             raise BadInputError(f"{wheel}: not a torch wheel (no torch/version.py)")
-        raw = re.search(r"__version__\s*=\s*['\"]([^'\"+]+)", archive.read("torch/version.py").decode())
-        release = raw[1] if raw else wheel.name.split("-")[1]
+        raw = re.search(r"__version__\s*=\s*['\"]([^'\"]+)", archive.read("torch/version.py").decode())
+        release = release_of(raw[1] if raw else wheel.name.split("-")[1])
         target = workdir / release
         for member in names:
             if member.startswith("torch/include/torch/") and member.endswith(".h"):

@@ -3,20 +3,25 @@
 The baseline passes; the sentinel is killed (interposition happens); a mutant the suite sees is killed; a
 mutant that only forwards survives (no false kills: the preload alone changes nothing); a mutant of a
 function the build never imports is not applicable; a baseline that does not pass is an error, never a kill.
+Its cells are run's cells: the suite's test_requires and the extension's own timeout hold for them too.
 """
 
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
-from kit import harness
+from kit import EXAMPLES, harness
 
+from harness.build import IGNORED
 from harness.mutate.catalogue import load_catalogue
 
 MATRIX = Path(__file__).parents[2] / "matrix.yaml"
 CELL = "stable_basic@b2.15.0-t2.14~r2.15.0-cpu"
+MULADD = "muladd_ops@b2.13.0-t2.10~r2.15.0-cpu"  # the tutorial matrix's cell on its newest runtime
 
 
 def catalogue(tmp_path: Path) -> Path:
@@ -110,3 +115,43 @@ def test_a_real_function_found_in_no_torch_library_is_an_error_never_a_kill(tmp_
     assert verdict == "error" and reason.startswith("the interposer found no real function to forward to"), reason
     assert "error: `noop.unresolved`" in (run_dir / "mutation.md").read_text()
     assert 'id="errors"' in (run_dir / "report.html").read_text()
+
+
+@pytest.fixture
+def tutorial(tmp_path: Path) -> Path:
+    """examples/muladd_ops and its matrix: a suite that needs its test_requires (expecttest, hypothesis)."""
+    shutil.copytree(EXAMPLES / "muladd_ops", tmp_path / "muladd_ops", ignore=shutil.ignore_patterns(*IGNORED))
+    shutil.copy(EXAMPLES / "tutorial-matrix.yaml", tmp_path / "matrix.yaml")
+    return tmp_path
+
+
+def test_a_mutant_cell_runs_with_its_suites_test_requires_as_a_run_cell_does(tutorial: Path) -> None:
+    proc = harness(
+        "mutate", "--matrix", tutorial / "matrix.yaml", "--mutant", "sentinel.abort_on_delete",
+        "--reports-dir", "reports", cwd=tutorial, timeout=900,
+    )  # fmt: skip
+    assert "== test deps: test_requires resolved against 1 runtime env(s)" in proc.stdout, proc.stdout
+    (run_dir,) = (tutorial / "reports").iterdir()
+    report = json.loads((run_dir / "mutation.json").read_text())
+    assert [(b["cell"], b["status"]) for b in report["baselines"]] == [(MULADD, "PASS")], report["baselines"]
+    assert [(c["mutant"], c["verdict"]) for c in report["cells"]] == [("sentinel.abort_on_delete", "killed")]
+    for name in ("baseline", "sentinel.abort_on_delete"):
+        command = (run_dir / "cells" / f"{name}~{MULADD}" / "command.txt").read_text()
+        assert "HARNESS_SITE_DIRS=" in command, (name, command)
+    assert proc.returncode == 0, proc.stdout
+
+
+def test_mutate_honours_an_extensions_own_timeout(tutorial: Path) -> None:
+    path = tutorial / "muladd_ops" / "extension.yaml"
+    path.write_text(path.read_text() + "timeout: 1\n")  # no suite imports torch in a second
+    proc = harness(
+        "mutate", "--matrix", tutorial / "matrix.yaml", "--mutant", "sentinel.abort_on_delete",
+        "--reports-dir", "reports", cwd=tutorial, timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 3, proc.stdout
+    (run_dir,) = (tutorial / "reports").iterdir()
+    report = json.loads((run_dir / "mutation.json").read_text())
+    (baseline,) = report["baselines"]
+    assert (baseline["cell"], baseline["status"]) == (MULADD, "TIMEOUT"), baseline
+    assert baseline["reason"].startswith("no result after 1 s"), baseline
+    assert report["cells"] == []

@@ -9,7 +9,7 @@ from test_mutate_report import BOOL, DIM, MIXED, SENTINEL, cell, run_of
 
 from harness.mutate.html import render
 from harness.mutate.report import MutationReport, write_mutation_report
-from harness.mutate.run import Verdict
+from harness.mutate.run import MutantVerdict
 
 
 def rows(page: str) -> list[str]:
@@ -38,7 +38,9 @@ def test_every_text_from_the_catalogue_and_the_cells_is_escaped() -> None:
     catalogue = dataclasses.replace(run_of().catalogue, mutants=(SENTINEL, DIM, hostile))
     run = dataclasses.replace(
         run_of(
-            cell(SENTINEL, Verdict.KILLED), cell(hostile, Verdict.SURVIVED), cell(DIM, Verdict.ERROR, status="ERROR")
+            cell(SENTINEL, MutantVerdict.KILLED),
+            cell(hostile, MutantVerdict.SURVIVED),
+            cell(DIM, MutantVerdict.ERROR, status="ERROR"),
         ),
         catalogue=catalogue,
         skipped=("ext@b2.9.1~r2.15.0-cpu: not built (<b>no g++</b>)",),

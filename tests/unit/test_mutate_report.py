@@ -6,7 +6,7 @@ from pathlib import Path
 
 from harness.mutate.catalogue import Catalogue, Mutant
 from harness.mutate.report import MutationReport, Score, write_mutation_report
-from harness.mutate.run import MutantCell, MutationRun, Verdict
+from harness.mutate.run import MutantCell, MutantVerdict, MutationRun
 
 SENTINEL = Mutant("sentinel.abort", ("aoti_torch_delete_tensor_object",), "sentinel", "aborts", "", sentinel=True)
 DIM = Mutant("meta.dim", ("aoti_torch_get_dim",), "tensor-metadata", "dim one larger", "")
@@ -22,13 +22,13 @@ CATALOGUE = Catalogue(Path("catalogue.yaml"), (SENTINEL, DIM, DTYPE, LEAK, BOOL)
 
 def cell(
     mutant: Mutant | None,
-    verdict: Verdict | None,
+    verdict: MutantVerdict | None,
     build: str = "ext@b2.15.0",
     status: str = "",
     hit: bool | None = None,
 ) -> MutantCell:
     runtime = "r2.15.0-cpu"
-    status = status or {Verdict.KILLED: "TEST_FAILED", Verdict.SURVIVED: "PASS"}.get(verdict, "PASS")  # type: ignore[arg-type]
+    status = status or {MutantVerdict.KILLED: "TEST_FAILED", MutantVerdict.SURVIVED: "PASS"}.get(verdict, "PASS")  # type: ignore[arg-type]
     return MutantCell(
         mutant.id if mutant else None,
         f"{build}~{runtime}",
@@ -38,7 +38,7 @@ def cell(
         verdict,
         status,
         "why",
-        hit=verdict is Verdict.SURVIVED if hit is None else hit,
+        hit=verdict is MutantVerdict.SURVIVED if hit is None else hit,
     )
 
 
@@ -48,21 +48,21 @@ def run_of(*cells: MutantCell, baselines: tuple[MutantCell, ...] = (), run_dir: 
 
 
 GOOD = (
-    cell(SENTINEL, Verdict.KILLED),
-    cell(SENTINEL, Verdict.KILLED, "ext@b2.9.1"),
-    cell(DIM, Verdict.KILLED),
-    cell(DIM, Verdict.SURVIVED, "ext@b2.9.1"),  # survived on one build: survived for the extension
-    cell(DTYPE, Verdict.KILLED),
-    cell(DTYPE, Verdict.NOT_APPLICABLE, "ext@b2.9.1"),
-    cell(LEAK, Verdict.SURVIVED),
-    cell(LEAK, Verdict.SURVIVED, "ext@b2.9.1"),
+    cell(SENTINEL, MutantVerdict.KILLED),
+    cell(SENTINEL, MutantVerdict.KILLED, "ext@b2.9.1"),
+    cell(DIM, MutantVerdict.KILLED),
+    cell(DIM, MutantVerdict.SURVIVED, "ext@b2.9.1"),  # survived on one build: survived for the extension
+    cell(DTYPE, MutantVerdict.KILLED),
+    cell(DTYPE, MutantVerdict.NOT_APPLICABLE, "ext@b2.9.1"),
+    cell(LEAK, MutantVerdict.SURVIVED),
+    cell(LEAK, MutantVerdict.SURVIVED, "ext@b2.9.1"),
 )
 
 
 def test_a_mutant_survives_for_an_extension_when_one_of_its_cells_passed() -> None:
     report = MutationReport.of(run_of(*GOOD))
-    assert report.verdicts[("ext", "meta.dim")] is Verdict.SURVIVED
-    assert report.verdicts[("ext", "enum.dtype")] is Verdict.KILLED
+    assert report.verdicts[("ext", "meta.dim")] is MutantVerdict.SURVIVED
+    assert report.verdicts[("ext", "enum.dtype")] is MutantVerdict.KILLED
     score = report.score("ext")
     assert (score.killed, score.survived, score.equivalent) == (1, 2, 1)  # the sentinel is not scored
     assert score.score == 1 / 3 and score.adjusted == 1 / 2
@@ -88,14 +88,14 @@ def test_the_markdown_lists_every_survivor_with_its_function_and_reason(tmp_path
 
 
 def test_a_sentinel_that_survives_anywhere_makes_the_run_an_error() -> None:
-    survived = (cell(SENTINEL, Verdict.KILLED), cell(SENTINEL, Verdict.SURVIVED, "ext@b2.9.1"))
+    survived = (cell(SENTINEL, MutantVerdict.KILLED), cell(SENTINEL, MutantVerdict.SURVIVED, "ext@b2.9.1"))
     report = MutationReport.of(run_of(*survived))
     assert not report.ok
     assert report.sentinel_problems == ["sentinel sentinel.abort survived on ext@b2.9.1~r2.15.0-cpu: why"]
 
 
 def test_a_sentinel_that_applies_nowhere_makes_the_run_an_error() -> None:
-    report = MutationReport.of(run_of(cell(SENTINEL, Verdict.NOT_APPLICABLE), cell(DIM, Verdict.KILLED)))
+    report = MutationReport.of(run_of(cell(SENTINEL, MutantVerdict.NOT_APPLICABLE), cell(DIM, MutantVerdict.KILLED)))
     assert report.sentinel_problems == [
         "sentinel sentinel.abort applies to no build: nothing proves interposition happens"
     ]
@@ -103,27 +103,29 @@ def test_a_sentinel_that_applies_nowhere_makes_the_run_an_error() -> None:
 
 def test_a_failing_baseline_is_an_error_never_a_kill(tmp_path: Path) -> None:
     failing = cell(None, None, status="TEST_FAILED")
-    report = MutationReport.of(run_of(cell(SENTINEL, Verdict.KILLED), baselines=(failing,), run_dir=tmp_path))
+    report = MutationReport.of(run_of(cell(SENTINEL, MutantVerdict.KILLED), baselines=(failing,), run_dir=tmp_path))
     assert not report.ok and report.failed_baselines == [failing]
     assert "baseline TEST_FAILED on `ext@b2.15.0~r2.15.0-cpu`" in report.markdown()
 
 
 def test_a_cell_in_error_makes_the_run_an_error_and_is_not_scored() -> None:
-    report = MutationReport.of(run_of(cell(SENTINEL, Verdict.KILLED), cell(DIM, Verdict.ERROR, status="ERROR")))
+    report = MutationReport.of(
+        run_of(cell(SENTINEL, MutantVerdict.KILLED), cell(DIM, MutantVerdict.ERROR, status="ERROR"))
+    )
     assert not report.ok and report.score("ext") == Score(errors=1)
 
 
 # ext: meta.dim killed; enum.dtype reached and survived (a gap); own.leak justified for every extension;
 # ivalue.bool never reached. other: ivalue.bool survived, justified for `other` only; meta.dim killed.
 MIXED = (
-    cell(SENTINEL, Verdict.KILLED),
-    cell(SENTINEL, Verdict.KILLED, "other@b2.15.0"),
-    cell(DIM, Verdict.KILLED),
-    cell(DIM, Verdict.KILLED, "other@b2.15.0"),
-    cell(DTYPE, Verdict.SURVIVED),
-    cell(LEAK, Verdict.SURVIVED, hit=True),
-    cell(BOOL, Verdict.SURVIVED, hit=False),
-    cell(BOOL, Verdict.SURVIVED, "other@b2.15.0", hit=True),
+    cell(SENTINEL, MutantVerdict.KILLED),
+    cell(SENTINEL, MutantVerdict.KILLED, "other@b2.15.0"),
+    cell(DIM, MutantVerdict.KILLED),
+    cell(DIM, MutantVerdict.KILLED, "other@b2.15.0"),
+    cell(DTYPE, MutantVerdict.SURVIVED),
+    cell(LEAK, MutantVerdict.SURVIVED, hit=True),
+    cell(BOOL, MutantVerdict.SURVIVED, hit=False),
+    cell(BOOL, MutantVerdict.SURVIVED, "other@b2.15.0", hit=True),
 )
 
 

@@ -30,6 +30,7 @@ from docker.types import DeviceRequest, LogConfig, Mount, Ulimit
 from harness.config import DockerSettings
 from harness.core.errors import BadInputError, HarnessError
 from harness.core.status import Status
+from harness.core.versions import release_of
 from harness.execute.api import CappedLog, CellDecided, CellRequest, CellView, Executor, RuntimeHandle
 from harness.execute.container import images
 from harness.execute.container.engine import LABEL, Engine, EngineError
@@ -135,6 +136,7 @@ class DockerBackend(Executor):
             probe_file=OUT / "probe.json",
             tmp=Path("/tmp"),
             site_dirs=site_dirs,
+            preload=(),  # refused in start: a preloading cell runs on the venv backend
             HOME="/tmp",
             USER="harness",
             LOGNAME="harness",
@@ -147,6 +149,10 @@ class DockerBackend(Executor):
         return CellView(tuple(argv), environ, SITE, work / "junit.xml", work / "probe.json", command, settings)
 
     def start(self, request: CellRequest, view: CellView, stdout: CappedLog, stderr: CappedLog) -> ContainerCell:
+        if request.preload:
+            raise CellDecided(
+                Status.ERROR, "a cell that preloads a library runs on the venv backend, not in a container"
+            )
         image = self.images[request.cell.runtime].name
         work = request.out_dir / "container"
         with _engine_failures(request.cell.id):
@@ -449,7 +455,7 @@ def check_torch(engine: Engine, image: images.RuntimeImage, torch_version: str, 
         "'python': '%d.%d' % sys.version_info[:2], 'lib': os.path.join(os.path.dirname(torch.__file__), 'lib')}))"
     )
     found = _probe(engine, image.name, code)
-    if found["torch"].split("+")[0] != torch_version.split("+")[0]:
+    if release_of(found["torch"]) != release_of(torch_version):
         raise BadInputError(
             f"{where}: image {image.name} holds torch {found['torch']}, not {torch_version}; "
             "name the image of that release, or change the runtime's torch"

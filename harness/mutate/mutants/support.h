@@ -28,7 +28,7 @@
 namespace harness {
 
 inline void trace(const char* what) {
-  const char* path = std::getenv("HARNESS_MUTANT_TRACE");
+  const char* path = std::getenv("HARNESS_PRELOAD_TRACE");
   if (path == nullptr) return;
   int fd = ::open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
   if (fd < 0) return;
