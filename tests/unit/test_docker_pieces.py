@@ -10,8 +10,9 @@ import pytest
 from harness.config import DockerSettings
 from harness.config.matrix import load_matrix, with_overrides
 from harness.core.errors import ConfigError
-from harness.execute.container.backend import _exit_code, container_settings, docker_run_line
+from harness.execute.container.backend import _exit_code, container_settings
 from harness.execute.container.engine import EngineError, connect
+from harness.execute.container.run_line import docker_run_line
 from harness.plan import make_plan
 
 MATRIX = """\
