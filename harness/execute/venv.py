@@ -95,6 +95,7 @@ def cell_environ(
     return {
         **extra,
         "TMPDIR": str(tmp),
+        **own_caches(tmp),
         **interpreter_environ(request.threads, pythonpath),
         **({"HARNESS_SITE_DIRS": os.pathsep.join(map(str, site_dirs))} if site_dirs else {}),
         **(
@@ -111,6 +112,19 @@ def cell_environ(
         "HARNESS_TARGET": str(build.effective_target),
         "HARNESS_RUNTIME_ID": request.cell.runtime.id,
         "HARNESS_RUNTIME_TORCH": request.runtime.torch_version,
+    }
+
+
+def own_caches(tmp: Path) -> dict[str, str]:
+    """Every cache a suite, torch or its compilers write by default, inside the cell's own temporary directory:
+    no cell can block another with a lock it leaves (torch_extensions' JIT builds) or poison what another
+    reads (Triton's and inductor's kernels). HOME too: whatever else writes under ~ stays the cell's."""
+    return {
+        "HOME": str(tmp),
+        "XDG_CACHE_HOME": str(tmp / ".cache"),
+        "TORCH_EXTENSIONS_DIR": str(tmp / "torch_extensions"),
+        "TRITON_CACHE_DIR": str(tmp / ".triton"),
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp / "torchinductor"),
     }
 
 

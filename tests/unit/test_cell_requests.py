@@ -104,3 +104,20 @@ def test_the_prediction_a_cell_carries_is_typed_and_written_as_the_static_predic
     assert CellPrediction.from_json(carried.to_json()) == carried
     plain = CellPrediction.of(dataclasses.replace(prediction, ops=(fits,)))
     assert "ops" not in plain.to_json() and CellPrediction.from_json(plain.to_json()) == plain
+
+
+def test_every_default_cache_of_a_cell_is_inside_its_own_directory(
+    tmp_path: Path, cells: dict[str, Cell], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch_extensions' lock left by one release's cell stopped the next ones (TIMEOUT broken) through the
+    user's shared ~/.cache: HOME and every cache a suite or torch writes by default are the cell's own."""
+    backend = ForkserverBackend()
+    monkeypatch.setattr(backend, "protected", lambda request: [])
+    cell = cells["stable_basic@b2.15.0~r2.15.0-cpu"]
+    first, second = request(tmp_path / "a", cell), request(tmp_path / "b", cell)
+    caches = ("HOME", "XDG_CACHE_HOME", "TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")
+    for one in (first, second):
+        environ = backend.view(one).environ
+        for name in caches:
+            assert Path(environ[name]).is_relative_to(one.out_dir), (name, environ[name])
+    assert {backend.view(first).environ[n] for n in caches}.isdisjoint(backend.view(second).environ[n] for n in caches)

@@ -137,7 +137,6 @@ class DockerBackend(Executor):
             tmp=Path("/tmp"),
             site_dirs=site_dirs,
             preload=(),  # refused in start: a preloading cell runs on the venv backend
-            HOME="/tmp",
             USER="harness",
             LOGNAME="harness",
             LANG="C.UTF-8",
