@@ -21,8 +21,8 @@ from pathlib import Path
 
 from harness.core import commands
 from harness.core.errors import BadInputError, CommandError
-from harness.core.files import write_atomic, write_json
-from harness.plan import Build
+from harness.core.files import content_digest, file_digest, write_atomic, write_json
+from harness.plan import BUILD_OUTPUTS, Build
 from harness.provision import toolchain
 from harness.provision.envs import Env, locked
 from harness.provision.sources import uv_binary
@@ -34,7 +34,7 @@ from harness.static.symbols import read_artifact
 log = logging.getLogger(__name__)
 
 BUILD_FORMAT = 3  # 2: reasons with shortened paths; 3: digests of the wheel and site/, failures say why
-IGNORED = ("__pycache__", "build", "dist", "*.egg-info", "*.so", "*.pyc", ".pytest_cache")
+IGNORED = BUILD_OUTPUTS  # never copied into a build, never part of its sources' digest
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,25 +87,6 @@ def source_digest(root: Path, exclude: Path) -> str:
         for name in sorted(f for f in filenames if f not in ignored):
             path = here / name
             digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()
-
-
-def file_digest(path: Path) -> str:
-    with open(path, "rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
-
-
-def tree_digest(root: Path) -> str:
-    """sha256 over a directory's paths and contents (links by their target, never followed)."""
-    digest = hashlib.sha256()
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        here = Path(dirpath)
-        for name in sorted(filenames):
-            path = here / name
-            digest.update(str(path.relative_to(root)).encode() + b"\0")
-            digest.update(os.readlink(path).encode() if path.is_symlink() else file_digest(path).encode())
-            digest.update(b"\0")
     return digest.hexdigest()
 
 
@@ -367,7 +348,7 @@ class Builder:
             "target": build.target.hex if build.target else None,
             "findings": list(findings),
             "wheel_sha256": file_digest(wheel) if wheel else None,
-            "site_sha256": tree_digest(out / "site") if wheel else None,
+            "site_sha256": content_digest(out / "site") if wheel else None,
         }
         write_json(out / "build.json", meta)
         log.info("built %s in %.1f s: %s", build.id, seconds, "ok" if ok else f"FAILED: {reason}")
@@ -383,6 +364,6 @@ def _damage(meta: dict[str, object], wheel: Path, site: Path) -> str | None:
         return "site/ is missing"
     if meta.get("wheel_sha256") != file_digest(wheel):
         return f"{wheel.name} changed since it was built (sha256 differs)"
-    if meta.get("site_sha256") != tree_digest(site):
+    if meta.get("site_sha256") != content_digest(site):
         return "site/ (the unpacked wheel cells import) changed since it was built"
     return None

@@ -75,15 +75,13 @@ def check_shards(shards: Sequence[ShardReport]) -> PlanIdentity:
     for other in shards[1:]:
         if other.plan.digest != first.plan.digest:
             a, b = set(first.plan.cells), set(other.plan.cells)
-            differs = [f"matrix {first.plan.matrix!r} vs {other.plan.matrix!r}"] if a == b else []
-            differs += [f"{len(a - b)} cell(s) only in the first (e.g. {_some(sorted(a - b))})"] if a - b else []
-            differs += [f"{len(b - a)} cell(s) only in the second (e.g. {_some(sorted(b - a))})"] if b - a else []
+            differs = first.plan.differences(other.plan)
             raise BadInputError(
                 f"these reports are shards of different plans:\n  - {first.label}: {first.plan.digest}, "
                 f"{len(a)} cells of {first.plan.matrix}\n  - {other.label}: {other.plan.digest}, "
                 f"{len(b)} cells of {other.plan.matrix}\n  they differ in: {'; '.join(differs)}\n"
-                "  merge only the shards of one fan-out (the same matrix, selectors and --rerun-failed report); "
-                "merge the others separately"
+                "  merge only the shards of one fan-out (the same checkout, matrix, selectors and --rerun-failed "
+                "report); merge the others separately"
             )
     owner: dict[str, ShardReport] = {}
     twice: list[str] = []
@@ -110,7 +108,7 @@ def check_shards(shards: Sequence[ShardReport]) -> PlanIdentity:
             f"report(s): {_some(missing)}\n  {_missing_shards(shards)}\n"
             "  pass every shard's report (or run the missing shard with `run --shard K/N` and merge it too)"
         )
-    return PlanIdentity(first.plan.matrix, first.plan.cells)
+    return PlanIdentity(first.plan.matrix, first.plan.cells, inputs=first.plan.inputs)
 
 
 def _missing_shards(shards: Sequence[ShardReport]) -> str:

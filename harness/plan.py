@@ -11,8 +11,10 @@ from typing import Any
 
 from packaging.version import Version
 
+from harness import __version__
 from harness.config import BuildSpec, CudaPolicy, Device, Extension, Matrix, RuntimeSpec, is_path
 from harness.core.errors import ConfigError, SelectionError
+from harness.core.files import content_digest, file_digest
 from harness.core.schema import did_you_mean
 from harness.core.versions import ApiLevel
 from harness.provision import interpreters
@@ -135,24 +137,32 @@ class Shard:
 
 @dataclasses.dataclass(frozen=True)
 class PlanIdentity:
-    """What a run was a part of: the whole selected plan (before sharding) and which shard of it.
+    """What a run was a part of: the whole selected plan (before sharding), what it was made from, and which
+    shard of it.
 
-    Shards of one plan have one digest; `merge` refuses reports whose digests differ and names the
-    cells of the plan that no report holds."""
+    Shards of one plan have one digest: it covers the cells and the plan's inputs (the matrix file's content,
+    the harness version, each extension's files or wheel), so a shard run from a checkout whose test or
+    matrix was changed is another plan. `merge` refuses reports whose digests differ, naming what differs,
+    and names the cells of the plan that no report holds."""
 
     matrix: str  # the matrix file's name (not its path: shards run on different machines)
     cells: tuple[str, ...]  # sorted ids of every cell of the plan, before sharding
     shard: Shard | None = None
+    inputs: tuple[tuple[str, str], ...] = ()  # (what, sha256), sorted; empty in results.json before version 7
 
     @property
     def digest(self) -> str:
-        text = json.dumps({"matrix": self.matrix, "cells": sorted(self.cells)}, sort_keys=True)
+        covered: dict[str, Any] = {"matrix": self.matrix, "cells": sorted(self.cells)}
+        if self.inputs:
+            covered["inputs"] = dict(self.inputs)
+        text = json.dumps(covered, sort_keys=True)
         return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
     def to_json(self) -> dict[str, Any]:
         return {
             "digest": self.digest,
             "matrix": self.matrix,
+            "inputs": dict(self.inputs),
             "cells": sorted(self.cells),
             "shard": self.shard.to_json() if self.shard else None,
         }
@@ -160,10 +170,46 @@ class PlanIdentity:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PlanIdentity:
         shard = data["shard"]
-        identity = cls(data["matrix"], tuple(data["cells"]), Shard(shard["index"], shard["count"]) if shard else None)
+        identity = cls(
+            data["matrix"],
+            tuple(data["cells"]),
+            Shard(shard["index"], shard["count"]) if shard else None,
+            tuple(sorted(data.get("inputs", {}).items())),  # from 7
+        )
         if identity.digest != data["digest"]:
-            raise ValueError(f"plan digest {data['digest']!r} does not match its matrix and cells")
+            raise ValueError(f"plan digest {data['digest']!r} does not match its matrix, inputs and cells")
         return identity
+
+    def differences(self, other: PlanIdentity) -> list[str]:
+        """What makes other another plan, in words (for merge's refusal)."""
+        mine, theirs = dict(self.inputs), dict(other.inputs)
+        said = [f"matrix {self.matrix!r} vs {other.matrix!r}"] if self.matrix != other.matrix else []
+        for what in sorted(mine.keys() | theirs.keys()):
+            if mine.get(what) != theirs.get(what):
+                said.append(f"{what} ({_short(mine.get(what))} vs {_short(theirs.get(what))})")
+        a, b = set(self.cells), set(other.cells)
+        said += [f"{len(a - b)} cell(s) only in the first (e.g. {', '.join(sorted(a - b)[:3])})"] if a - b else []
+        said += [f"{len(b - a)} cell(s) only in the second (e.g. {', '.join(sorted(b - a)[:3])})"] if b - a else []
+        return said
+
+
+def _short(digest: str | None) -> str:
+    return "absent" if digest is None else digest[:12]
+
+
+def plan_inputs(matrix: Matrix, builds: Collection[Build]) -> tuple[tuple[str, str], ...]:
+    """What a plan is made from, by sha256: the matrix file, the harness version, and each extension its builds
+    use (its whole directory, tests and recipe included, build outputs left out; or its prebuilt wheel)."""
+    inputs = {"matrix file": file_digest(matrix.path), "harness": __version__}
+    for extension in sorted({b.extension for b in builds}, key=lambda e: e.name):
+        wheel = extension.wheel
+        found = file_digest(wheel) if wheel else content_digest(extension.root, BUILD_OUTPUTS)
+        inputs[f"extension {extension.name}"] = found
+    return tuple(sorted(inputs.items()))
+
+
+# What a build leaves in an extension's directory: not part of what the extension is.
+BUILD_OUTPUTS = ("__pycache__", "build", "dist", "*.egg-info", "*.so", "*.pyc", ".pytest_cache")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,7 +225,8 @@ class Plan:
     @property
     def identity(self) -> PlanIdentity:
         whole = self.cells if self.unsharded is None else self.unsharded
-        return PlanIdentity(self.matrix.path.name, tuple(sorted(c.id for c in whole)), self.shard)
+        inputs = plan_inputs(self.matrix, {c.build for c in whole})
+        return PlanIdentity(self.matrix.path.name, tuple(sorted(c.id for c in whole)), self.shard, inputs)
 
     def only(self, ids: Collection[str]) -> Plan:
         """The cells whose ids are in ids (e.g. the failures of a previous run), in plan order."""

@@ -8,10 +8,13 @@ following it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
+import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -89,3 +92,25 @@ def open_inside(root: Path, relative: str) -> int:
         return os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
     finally:
         os.close(fd)
+
+
+def file_digest(path: Path) -> str:
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def content_digest(root: Path, ignore: Sequence[str] = (), exclude: Path | None = None) -> str:
+    """sha256 over a directory's relative paths and file contents, names matching ignore (glob patterns) and
+    the subtree exclude left out; links are hashed by their target, never followed."""
+    digest = hashlib.sha256()
+    skip = shutil.ignore_patterns(*ignore)
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath)
+        ignored = skip(dirpath, dirnames + filenames)
+        dirnames[:] = sorted(d for d in dirnames if d not in ignored and here / d != exclude)
+        for name in sorted(f for f in filenames if f not in ignored):
+            path = here / name
+            digest.update(str(path.relative_to(root)).encode() + b"\0")
+            digest.update(os.readlink(path).encode() if path.is_symlink() else file_digest(path).encode())
+            digest.update(b"\0")
+    return digest.hexdigest()

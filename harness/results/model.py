@@ -27,8 +27,9 @@ from harness.verdict import KEEPS_PROMISE, Expected, Promise, Verdict, judge, pr
 # each cell's expected_class (the condition that decided its promise) and its prediction's unmet conditions;
 # 5: the Python of each cell's build and runtime; 6: the hosts the run ran on (OS, glibc, compiler, nvcc), the
 # known_break verdict, each cell's known_break (the matrix's known_breaks entry that matched it), the run's
-# known_breaks with their state, and its candidate.
-RESULTS_SCHEMA_VERSION = 6
+# known_breaks with their state, and its candidate; 7: the plan's inputs (matrix content, harness version, each
+# extension's files), which its identity covers.
+RESULTS_SCHEMA_VERSION = 7
 
 
 @dataclasses.dataclass(frozen=True)

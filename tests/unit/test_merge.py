@@ -246,3 +246,29 @@ def test_merge_diffs_against_a_baseline_and_prints_json(
     assert diff["schema_version"] == 1 and [c["id"] for c in diff["new_breaks"]] == [data["cells"][0]["id"]]
     markdown = (tmp_path / "m" / "latest" / "diff.md").read_text()
     assert "&lt;b&gt;oops&lt;/b&gt;" in markdown and "<b>" not in markdown
+
+
+def test_shards_from_a_checkout_whose_test_changed_are_another_plan(repo: Path, tmp_path: Path) -> None:
+    """A plan is what it is made from: shard 2 run from a copy whose test was changed (a crash hidden, say)
+    is refused, naming the extension that differs; the matrix file's content counts too."""
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(repo / "extensions", copy / "extensions", ignore=shutil.ignore_patterns("build", "__pycache__"))
+    shutil.copy(repo / "matrix.yaml", copy / "matrix.yaml")
+    before = make_plan(load_matrix(copy / "matrix.yaml"), SELECTORS)
+    first = before.identity  # what the plan was made from when shard 1 ran
+    one = write_run(shard_plan(before, Shard(1, 2)), tmp_path / "shard-1")
+    test = next((copy / "extensions" / "classic_ops" / "tests").glob("test_*.py"))
+    test.write_text(test.read_text() + "\n# changed after shard 1 ran\n")
+    after = make_plan(load_matrix(copy / "matrix.yaml"), SELECTORS)
+    two = write_run(shard_plan(after, Shard(2, 2)), tmp_path / "shard-2")
+    assert first.cells == after.identity.cells and first.digest != after.identity.digest
+    with pytest.raises(BadInputError, match=r"they differ in: extension classic_ops \(") as info:
+        merge_reports([one, two], tmp_path / "merged")
+    assert "stable_basic" not in str(info.value).split("they differ in:")[1]
+    unchanged = after.identity
+    (copy / "matrix.yaml").write_text((copy / "matrix.yaml").read_text() + "\n# a comment\n")
+    edited = make_plan(load_matrix(copy / "matrix.yaml"), SELECTORS).identity
+    (difference,) = edited.differences(unchanged)
+    assert difference.startswith("matrix file (") and edited.digest != unchanged.digest
