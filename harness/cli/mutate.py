@@ -121,6 +121,11 @@ def mutation_exit(report: MutationReport, min_score: float | None) -> int:
     if not report.ok:
         for problem in report.to_json()["problems"]:
             notes.print(f"[bold magenta]error[/]: {escape(problem)}")
+        if report.interruption:
+            notes.print(
+                "[bold red]interrupted[/]: mutation.json and mutation.md keep the mutant cells that finished (exit 3)"
+            )
+            return int(ExitCode.INFRASTRUCTURE)
         notes.print(
             f"[bold magenta]the mutation run is in error[/]: {len(report.failed_baselines)} baseline(s) not passing, "
             f"{len(report.sentinel_problems)} sentinel problem(s), {len(report.errors)} mutant cell(s) in error "

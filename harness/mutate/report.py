@@ -217,7 +217,18 @@ class MutationReport:
 
     @property
     def ok(self) -> bool:
-        return not (self.failed_baselines or self.sentinel_problems or self.errors)
+        return not (self.failed_baselines or self.sentinel_problems or self.errors or self.run.interrupted)
+
+    @property
+    def interruption(self) -> str | None:
+        """What an interrupted run finished, in words; None for a run that went to its end."""
+        if not self.run.interrupted:
+            return None
+        mutants = [c for c in self.run.cells if c.mutant is not None and c.verdict is not MutantVerdict.NOT_APPLICABLE]
+        return (
+            f"interrupted after {len(mutants)} of {self.run.planned} mutant cell(s): the scores count only those "
+            "(run it again for the rest)"
+        )
 
     def to_json(self) -> dict[str, Any]:
         run = self.run
@@ -229,7 +240,12 @@ class MutationReport:
             "catalogue": str(run.catalogue.path),
             "mutants": [m.to_json() for m in run.catalogue.mutants],
             "ok": self.ok,
-            "problems": [*self.sentinel_problems, *(f"baseline {b.status} on {b.cell}" for b in self.failed_baselines)],
+            "interrupted": self.run.interrupted,
+            "problems": [
+                *self.sentinel_problems,
+                *(f"baseline {b.status} on {b.cell}" for b in self.failed_baselines),
+                *([self.interruption] if self.interruption else []),
+            ],
             "scores": {
                 ext: {
                     "all": self.score(ext).to_json(),
@@ -268,6 +284,7 @@ class MutationReport:
             lines += [f"- {p}" for p in self.sentinel_problems]
             lines += [f"- baseline {b.status} on `{b.cell}`: {b.reason}" for b in self.failed_baselines]
             lines += [f"- error: `{c.mutant}` on `{c.cell}`: {c.reason}" for c in self.errors]
+            lines += [f"- {self.interruption}"] if self.interruption else []
             lines.append("")
         lines += [
             "## Scores",

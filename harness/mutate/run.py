@@ -23,6 +23,7 @@ from pathlib import Path
 
 from harness.cells import CellRunner, RunOptions, runtime_facts, timeouts_text
 from harness.collect import read_untrusted
+from harness.core import processes
 from harness.core.status import Status
 from harness.core.versions import release_of
 from harness.execute.api import PRELOAD_TRACE, Executor
@@ -89,6 +90,8 @@ class MutationRun:
     baselines: tuple[MutantCell, ...]
     cells: tuple[MutantCell, ...]
     skipped: tuple[str, ...]  # cells of the selection not run, each with why (promised to fail on this runtime)
+    planned: int = 0  # mutant cells the run meant to run (the applicable ones), to say how many finished
+    interrupted: bool = False  # stopped by an interrupt after some mutant cells finished: `cells` holds those
 
 
 def default_cells(plan: Plan, releases: Sequence[str]) -> tuple[Cell, ...]:
@@ -217,8 +220,9 @@ def run_mutants(
     todo: Sequence[tuple[Cell, Mutant, Path]],
     jobs: int,
     progress: Callable[[MutantCell, int, int], None],
-) -> list[MutantCell]:
-    """Every mutant cell, `jobs` at a time; an interrupt stops the running ones and goes on."""
+) -> tuple[list[MutantCell], bool]:
+    """Every mutant cell, `jobs` at a time, and whether an interrupt stopped them: then the running ones are
+    stopped, the rest never start, and the cells that finished are returned, so the report keeps them."""
     cells: list[MutantCell] = []
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
         futures = [pool.submit(executor.run, cell, mutant, library) for cell, mutant, library in todo]
@@ -226,12 +230,17 @@ def run_mutants(
             for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
                 cells.append(future.result())
                 progress(cells[-1], done, len(todo))
+        except (KeyboardInterrupt, processes.Interrupted):
+            for future in futures:
+                future.cancel()
+            backend.stop_all()
+            return cells, True
         except BaseException:
             for future in futures:
                 future.cancel()
             backend.stop_all()
             raise
-    return cells
+    return cells, False
 
 
 def mutate(
@@ -273,7 +282,8 @@ def mutate(
                     todo.append((cell, mutant, library))
         timeouts = timeouts_text(passing, options, plan.matrix)
         observer.stage("mutants", f"{len(todo)} mutant cell(s), {jobs} at a time, {timeouts}")
-        cells += run_mutants(executor, backend, todo, jobs, progress)
+        finished, interrupted = run_mutants(executor, backend, todo, jobs, progress)
+        cells += finished
     finally:
         backend.end_run()
     order = {m.id: i for i, m in enumerate(catalogue.mutants)}
@@ -287,4 +297,6 @@ def mutate(
         tuple(baselines),
         tuple(cells),
         selection.skipped,
+        planned=len(todo),
+        interrupted=interrupted,
     )

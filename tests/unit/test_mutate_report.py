@@ -1,6 +1,7 @@
 """The mutation report: scores per extension and convention, survivors with their reason, and the states
 that make a run an error (a failing baseline, a sentinel not killed, a cell in error)."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -158,3 +159,33 @@ def test_every_survivor_has_its_reason_per_extension_and_reached_is_data(tmp_pat
     assert "### ext: 3 survivor(s), 1 justified, 1 never reached, 1 gap(s)" in text
     assert "Survived on `ext@b2.15.0~r2.15.0-cpu`; reached: no. Reason: never reached by the suite." in text
     assert "| `ivalue.bool` | stableivalue | a bool <inverted> | survived (never reached) | survived |" in text
+
+
+def test_an_interrupted_run_keeps_the_mutant_cells_that_finished(tmp_path: Path) -> None:
+    """Ctrl-C after some mutant cells: they are returned (and reported), the rest never start, exit 3."""
+    import threading
+
+    from harness.mutate.run import run_mutants
+
+    stopped = threading.Event()
+
+    class Executor:
+        def run(self, target: object, mutant: Mutant, library: Path) -> MutantCell:
+            return cell(mutant, MutantVerdict.KILLED)
+
+    class Backend:
+        def stop_all(self) -> None:
+            stopped.set()
+
+    def progress(done: MutantCell, count: int, total: int) -> None:
+        if count == 2:
+            raise KeyboardInterrupt  # as Ctrl-C arrives in the main thread while it waits for cells
+
+    todo = [(object(), m, tmp_path) for m in (SENTINEL, DIM, DTYPE, LEAK, BOOL)] * 4
+    finished, interrupted = run_mutants(Executor(), Backend(), todo, 1, progress)  # type: ignore[arg-type]
+    assert interrupted and stopped.is_set() and 2 <= len(finished) < len(todo)
+    run = dataclasses.replace(run_of(*finished), planned=len(todo), interrupted=True)
+    report = MutationReport.of(run)
+    assert not report.ok and report.to_json()["interrupted"] is True
+    assert f"interrupted after {len(finished)} of {len(todo)} mutant cell(s)" in report.to_json()["problems"][-1]
+    assert f"interrupted after {len(finished)} of {len(todo)}" in report.markdown()
