@@ -53,6 +53,19 @@ def test_an_incomplete_run_without_a_reason_is_undecided() -> None:
     assert decide("2.13.0", "2.10.0", CLEAN, run_of(KEPT, ERROR, BROKEN), None).decision is Decision.NO_GO
 
 
+def test_an_interrupted_run_is_undecided_even_when_every_cell_it_ran_kept_its_promise() -> None:
+    whole = run_of(KEPT)
+    interrupted = dataclasses.replace(whole, interrupted=True)
+    assert decide("2.13.0", "2.10.0", CLEAN, whole, None).decision is Decision.GO
+    gate = decide("2.13.0", "2.10.0", CLEAN, interrupted, None)
+    assert (gate.decision, gate.exit_code, gate.reasons) == (Decision.UNDECIDED, ExitCode.INFRASTRUCTURE, ())
+    assert gate.evidence[-1].startswith("incomplete: 0 cell(s) ended in a harness error and the run was interrupted")
+    assert "UNDECIDED (exit 3)" in gate.summary and json.loads(json.dumps(gate.to_json()))["exit_code"] == 3
+    # A reason outweighs the gap: what was seen is already enough to say no.
+    broken = dataclasses.replace(run_of(KEPT, BROKEN), interrupted=True)
+    assert decide("2.13.0", "2.10.0", CLEAN, broken, None).decision is Decision.NO_GO
+
+
 def test_the_previous_release_is_the_newest_runtime_below_the_candidate() -> None:
     assert previous_release("2.15.0", ["2.9.1", "2.14.1", "2.10.0", "2.16.0"]) == "2.14.1"
 
