@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shlex
 import stat
 from pathlib import Path
@@ -57,6 +58,15 @@ def page_template(name: str) -> jinja2.Template:
 def safe_url(text: str) -> str | None:
     """A link the page may follow: http(s) only (a known break's link is written by people)."""
     return text if text.startswith(("https://", "http://")) else None
+
+
+_RUN_PATH = re.compile(r"[\w.@+~=,-]+(?:/[\w.@+~=,-]+)*")
+
+
+def safe_path(text: str) -> str | None:
+    """A link to a file of the run directory: a relative path of plain names, no scheme, no '..' (a cell's
+    logs come from results.json, which `report` and `merge` read from wherever it was written)."""
+    return text if _RUN_PATH.fullmatch(text) and ".." not in text.split("/") else None
 
 
 def script_json(data: object) -> str:
@@ -133,6 +143,7 @@ def details(run: RunResult, cell: CellResult, run_dir: Path | None) -> dict[str,
         "docs": [{"key": d.key, "text": d.text} for d in cell.doc_differences],
         "attempts": [a.line(n) for n, a in enumerate(cell.attempts, 1)],
         "logs": dict(sorted(cell.logs.items())),
+        "links": {name: path for name, path in sorted(cell.logs.items()) if safe_path(path)},
         "tails": tails,
         "seconds": cell.durations.get("total"),
         "reproduce": reproduce(run, cell),

@@ -154,3 +154,24 @@ def test_a_known_breaks_link_is_followed_only_when_it_is_http(tmp_path: Path) ->
     for link in hostile:  # still shown, as text
         assert html.escape(link, quote=False) in page
 
+
+def test_a_cells_log_is_linked_only_by_a_plain_path_inside_the_run_directory(tmp_path: Path) -> None:
+    run = synthetic_run(10)
+    logs = {
+        "stdout": "cells/demo@b2.13.0-t2.10~r2.14.1-cpu/stdout.log",
+        "build": "builds/demo@b2.13.0+cpu.log",
+        "a": "javascript:alert(1)",
+        "b": "JAVASCRIPT:alert(2)",
+        "c": "data:text/html,x",
+        "d": "//evil.example/x",
+        "e": "/etc/passwd",
+        "f": "../../secret.log",
+        "g": "cells/../../secret.log",
+        "h": "java\tscript:alert(3)",
+        "i": "cells/x.log?q=1",
+        "j": "",
+    }
+    cells = (dataclasses.replace(run.cells[0], logs=logs), *run.cells[1:])
+    shown = json.loads(Page(render(dataclasses.replace(run, cells=cells))).data)[0]
+    assert shown["logs"] == dict(sorted(logs.items()))  # every file is still named
+    assert shown["links"] == {"build": logs["build"], "stdout": logs["stdout"]}
