@@ -141,6 +141,17 @@ def test_the_plans_conditions_have_their_classes(cells: dict[str, Cell]) -> None
     # A negative control that cannot load on a CPU torch is an expected load failure, not a broken control.
     cuda_control = promise(cells["crash_control@b2.13.0-t2.9~r2.13.0-cpu"], facts(CUDA_OPS), CPU)
     assert (cuda_control.expected, cuda_control.condition) == (Expected.LOAD_FAILED, Condition.NO_CUDA)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cuda_control.why = "edited"  # type: ignore[misc]
+
+
+def test_an_unstable_build_is_promised_only_on_the_torch_it_was_built_with(cells: dict[str, Cell]) -> None:
+    unstable = [c for c in cells.values() if not c.build.extension.stable]
+    builds_and_runs = {(c.build.torch, c.runtime.torch) for c in unstable}
+    assert any(b < r for b, r in builds_and_runs) and any(b > r for b, r in builds_and_runs)
+    for cell in unstable:
+        expected = Expected.PASS if cell.build.torch == cell.runtime.torch else Expected.NONE
+        assert (promise(cell).expected, promise(cell).condition) == (expected, Condition.UNSTABLE), cell.id
 
 
 def test_wheel_tags_come_from_the_file_name_and_the_wheel_file(tmp_path: Path) -> None:

@@ -63,6 +63,19 @@ def test_an_incomplete_run_without_a_reason_is_undecided() -> None:
     assert gate.evidence[-1] == "incomplete: 7 cell(s) ended in a harness error: " + ", ".join(c.id for c in errors[:5])
 
 
+def test_a_newer_build_on_the_candidate_is_backward_and_failing_tests_are_cut_after_five() -> None:
+    cells = [
+        dataclasses.replace(
+            result(f"b2.14.{n}", "r2.13.0-cpu", Status.TEST_FAILED, Verdict.BROKEN),
+            failing_tests=tuple(f"t{k}" for k in range(n)),
+        )
+        for n in (5, 6)
+    ]
+    five, six = decide("2.13.0", "2.10.0", CLEAN, run_of(*cells), None).reasons[0].evidence
+    assert five.endswith("; backward: built on 2.14.5, run on the candidate; failing tests t0, t1, t2, t3, t4")
+    assert six.endswith("; backward: built on 2.14.6, run on the candidate; failing tests t0, t1, t2, t3, t4 (+1)")
+
+
 def test_a_torch_that_is_no_version_is_compared_as_written() -> None:
     """A runtime from a local build may carry no PEP 440 version: it is nobody's candidate, and no crash."""
     local = dataclasses.replace(BROKEN, id="demo@b2.10.0~rlocal-cpu", runtime_torch="local build")
@@ -71,6 +84,8 @@ def test_a_torch_that_is_no_version_is_compared_as_written() -> None:
     assert "run on the candidate (backward): 1 cells, 1 kept, 0 broken" in gate.evidence
     with pytest.raises(dataclasses.FrozenInstanceError):
         gate.reasons[0].title = "edited"  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        gate.decision = Decision.GO  # type: ignore[misc]
 
 
 def test_an_interrupted_run_is_undecided_even_when_every_cell_it_ran_kept_its_promise() -> None:
