@@ -81,6 +81,14 @@ def unit(session: nox.Session) -> None:
     session.run("pytest", "tests/unit", *session.posargs)
 
 
+@nox.session(default=False)
+def mutation_pass(session: nox.Session) -> None:
+    """Mutants (cosmic-ray, plus dropped branches and constants) of the gate, the verdict and report.html's URL
+    filters, each against the unit tests that cover it; fails on a survivor (-- gate, -- verdict, -- url-filter)."""
+    session.install("-e", ".[test]", "cosmic-ray>=8.7")
+    session.run("python", "tools/mutation_pass.py", *session.posargs)
+
+
 SHELL_SCRIPTS = [".ci/run", "ci/dockerd.sh", "ci/bootstrap.sh"]
 PYTHON_TREES = ["harness", "tests", "tools", "benchmarks", "extensions", "examples", "noxfile.py"]
 

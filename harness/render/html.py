@@ -19,7 +19,7 @@ from typing import Any
 
 import jinja2
 
-from harness.core.files import open_inside, write_atomic
+from harness.core.files import open_inside, run_relative, write_atomic
 from harness.core.status import Status
 from harness.render.grid import Grid
 from harness.render.text import (
@@ -56,6 +56,12 @@ def page_template(name: str) -> jinja2.Template:
 def safe_url(text: str) -> str | None:
     """A link the page may follow: http(s) only (a known break's link is written by people)."""
     return text if text.startswith(("https://", "http://")) else None
+
+
+def safe_path(text: str) -> str | None:
+    """A link to a file of the run directory: a plain relative path (core.files.run_relative), no scheme, no '..'
+    (a cell's logs come from results.json, which `report` and `merge` read from wherever it was written)."""
+    return text if run_relative(text) else None
 
 
 def script_json(data: object) -> str:
@@ -129,6 +135,7 @@ def details(run: RunResult, cell: CellResult, run_dir: Path | None) -> dict[str,
         "docs": [{"key": d.key, "text": d.text} for d in cell.doc_differences],
         "attempts": [a.line(n) for n, a in enumerate(cell.attempts, 1)],
         "logs": dict(sorted(cell.logs.items())),
+        "links": {name: path for name, path in sorted(cell.logs.items()) if safe_path(path)},
         "tails": tails,
         "seconds": cell.durations.get("total"),
         "reproduce": reproduce(run, cell),

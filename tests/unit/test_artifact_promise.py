@@ -128,7 +128,9 @@ def test_a_wheel_that_does_not_fit_the_runtimes_python_is_expected_not_to_load(c
     on_312 = dataclasses.replace(CPU, python="3.12")  # ...but not where CPython cannot import it
     got = promise(cell, facts(STABLE_BASIC, CP311), on_312)
     assert (got.expected, got.condition) == (Expected.LOAD_FAILED, Condition.PYTHON_ABI)
-    assert promise(cell, facts(STABLE_BASIC, CP311), CPU).condition is Condition.UNSTABLE
+    on_its_own = promise(cell, facts(STABLE_BASIC, CP311), CPU)  # an unstable build on the torch it was built with
+    assert (on_its_own.expected, on_its_own.condition) == (Expected.PASS, Condition.UNSTABLE)
+    assert promise(cell, facts(STABLE_BASIC, CP311), None) == promise(cell)  # no runtime facts: the plan's promise
     # The Python ABI is named first, then CUDA: both are listed for the prediction.
     both = unmet(facts(CUDA_OPS, CP311), dataclasses.replace(CU128, python="3.12"))
     assert [u.condition for u in both] == [Condition.PYTHON_ABI, Condition.CUDA_MAJOR]
@@ -141,6 +143,17 @@ def test_the_plans_conditions_have_their_classes(cells: dict[str, Cell]) -> None
     # A negative control that cannot load on a CPU torch is an expected load failure, not a broken control.
     cuda_control = promise(cells["crash_control@b2.13.0-t2.9~r2.13.0-cpu"], facts(CUDA_OPS), CPU)
     assert (cuda_control.expected, cuda_control.condition) == (Expected.LOAD_FAILED, Condition.NO_CUDA)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cuda_control.why = "edited"  # type: ignore[misc]
+
+
+def test_an_unstable_build_is_promised_only_on_the_torch_it_was_built_with(cells: dict[str, Cell]) -> None:
+    unstable = [c for c in cells.values() if not c.build.extension.stable]
+    builds_and_runs = {(c.build.torch, c.runtime.torch) for c in unstable}
+    assert any(b < r for b, r in builds_and_runs) and any(b > r for b, r in builds_and_runs)
+    for cell in unstable:
+        expected = Expected.PASS if cell.build.torch == cell.runtime.torch else Expected.NONE
+        assert (promise(cell).expected, promise(cell).condition) == (expected, Condition.UNSTABLE), cell.id
 
 
 def test_wheel_tags_come_from_the_file_name_and_the_wheel_file(tmp_path: Path) -> None:

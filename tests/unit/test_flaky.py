@@ -15,7 +15,7 @@ from harness.core.status import Status
 from harness.render.report import write_report
 from harness.results.diff import compare
 from harness.results.model import CellResult, load_results
-from harness.verdict import Verdict
+from harness.verdict import Expected, Verdict
 
 PASSED_AGAIN = dataclasses.replace(BROKEN, status=Status.PASS, verdict=Verdict.KEPT, reason="", logs={"stdout": "a2"})
 FAILED_AGAIN = dataclasses.replace(BROKEN, reason="failed again", logs={"stdout": "attempt-2/x/stdout.log"})
@@ -42,6 +42,16 @@ def test_retries_that_fail_leave_the_first_break_with_every_attempt() -> None:
         "CRASHED because",
     )
     assert [a.verdict for a in STILL_BROKEN.attempts] == [Verdict.BROKEN, Verdict.BROKEN, Verdict.ERROR]
+
+
+def test_a_control_that_fails_as_built_on_a_retry_is_flaky_and_only_that() -> None:
+    """A retry keeps the promise when it ends kept or as an expected failure (a negative control that crashed
+    as built to); anything else (an unexpected pass, a skip) leaves the first break standing."""
+    control = result("b2.10.0", "r2.13.0-cpu", Status.PASS, Verdict.BROKEN, Expected.CRASHED)
+    crashed = dataclasses.replace(control, status=Status.CRASHED, verdict=Verdict.EXPECTED_FAILURE)
+    assert control.retried(crashed).verdict is Verdict.FLAKY
+    for verdict in (Verdict.UNEXPECTED_PASS, Verdict.SKIPPED, Verdict.ERROR, Verdict.BROKEN):
+        assert control.retried(dataclasses.replace(control, verdict=verdict)).verdict is Verdict.BROKEN
 
 
 def test_flaky_does_not_fail_the_run_and_never_counts_as_kept() -> None:

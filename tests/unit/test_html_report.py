@@ -2,6 +2,7 @@
 read safely, the diff and gate sections when their files lie beside it. (tests/browser drives it in Chromium.)"""
 
 import dataclasses
+import html
 import json
 import re
 from html.parser import HTMLParser
@@ -109,3 +110,69 @@ def test_write_report_writes_the_page_and_diff_and_gate_sections_appear_beside_i
     (tmp_path / "gate.json").write_text(json.dumps(gate))
     page = write_html(run, tmp_path).read_text()
     assert "Against baseline" in page and re.search(r'class="decision NO-GO">NO-GO<', page)
+
+
+class Anchors(HTMLParser):
+    """Every link of the page: (href, the text it shows)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.links: list[tuple[str, str]] = []
+        self._open: str | None = None
+        self.feed(text)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            self._open = dict(attrs).get("href") or ""
+            self.links.append((self._open, ""))
+
+    def handle_endtag(self, tag: str) -> None:
+        self._open = None if tag == "a" else self._open
+
+    def handle_data(self, data: str) -> None:
+        if self._open is not None:
+            href, shown = self.links[-1]
+            self.links[-1] = (href, shown + data)
+
+
+def test_a_known_breaks_link_is_followed_only_when_it_is_http(tmp_path: Path) -> None:
+    run = synthetic_run(10)
+    (entry,) = run.known_breaks
+    safe = ("https://github.com/pytorch/pytorch/issues/1", "http://example.org/2")
+    hostile = (
+        "javascript:alert(1)",
+        "JavaScript:alert(2)",
+        " javascript:alert(3)",
+        "data:text/html,<script>alert(4)</script>",
+        "vbscript:msgbox(5)",
+        "//evil.example/6",
+        "file:///etc/passwd",
+    )
+    entries = tuple(dataclasses.replace(entry, name=f"entry-{n}", link=link) for n, link in enumerate(safe + hostile))
+    page = render(dataclasses.replace(run, known_breaks=entries))
+    outside = {href for href, _ in Anchors(page).links if not href.startswith("#")}
+    assert outside == set(safe)
+    for link in hostile:  # still shown, as text
+        assert html.escape(link, quote=False) in page
+
+
+def test_a_cells_log_is_linked_only_by_a_plain_path_inside_the_run_directory(tmp_path: Path) -> None:
+    run = synthetic_run(10)
+    logs = {
+        "stdout": "cells/demo@b2.13.0-t2.10~r2.14.1-cpu/stdout.log",
+        "build": "builds/demo@b2.13.0+cpu.log",
+        "a": "javascript:alert(1)",
+        "b": "JAVASCRIPT:alert(2)",
+        "c": "data:text/html,x",
+        "d": "//evil.example/x",
+        "e": "/etc/passwd",
+        "f": "../../secret.log",
+        "g": "cells/../../secret.log",
+        "h": "java\tscript:alert(3)",
+        "i": "cells/x.log?q=1",
+        "j": "",
+    }
+    cells = (dataclasses.replace(run.cells[0], logs=logs), *run.cells[1:])
+    shown = json.loads(Page(render(dataclasses.replace(run, cells=cells))).data)[0]
+    assert shown["logs"] == dict(sorted(logs.items()))  # every file is still named
+    assert shown["links"] == {"build": logs["build"], "stdout": logs["stdout"]}

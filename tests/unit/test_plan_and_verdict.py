@@ -103,6 +103,14 @@ def test_a_target_newer_than_the_build_torch_is_expected_not_to_build(tmp_path: 
         (Expected.TIMEOUT, Status.TIMEOUT, Verdict.EXPECTED_FAILURE),
         (Expected.TEST_FAILED, Status.TEST_FAILED, Verdict.EXPECTED_FAILURE),
         (Expected.TIMEOUT, Status.ERROR, Verdict.ERROR),
+        (Expected.TIMEOUT, Status.PASS, Verdict.BROKEN),  # each control proves only the failure it was built for
+        (Expected.TEST_FAILED, Status.PASS, Verdict.BROKEN),
+        (Expected.TEST_FAILED, Status.CRASHED, Verdict.BROKEN),
+        # Where the matrix promises nothing, every way of failing is as good as expected.
+        (Expected.NONE, Status.TEST_FAILED, Verdict.EXPECTED_FAILURE),
+        (Expected.NONE, Status.BUILD_FAILED, Verdict.EXPECTED_FAILURE),
+        (Expected.NONE, Status.CRASHED, Verdict.EXPECTED_FAILURE),
+        (Expected.NONE, Status.TIMEOUT, Verdict.EXPECTED_FAILURE),
     ],
 )
 def test_verdicts(expected: Expected, status: Status, verdict: Verdict) -> None:
