@@ -72,7 +72,8 @@ def cmd_mutate(args: argparse.Namespace) -> int:
     # The mutation machinery and the pipeline load only for `mutate`.
     from harness.cells import RunOptions
     from harness.mutate.catalogue import load_catalogue
-    from harness.mutate.report import MutationReport, write_mutation_report
+    from harness.mutate.output import write_mutation_report
+    from harness.mutate.report import MutationReport
     from harness.mutate.run import default_cells, mutate
 
     catalogue = load_catalogue(args.catalogue).select(args.mutant)

@@ -16,10 +16,8 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
-from harness.core.files import write_atomic, write_json
 from harness.mutate.catalogue import CONVENTIONS, Mutant
 from harness.mutate.run import MutantCell, MutantVerdict, MutationRun
 
@@ -337,15 +335,3 @@ class MutationReport:
         if verdict is MutantVerdict.SURVIVED and not self.reached[(extension, mutant_id)]:
             return "survived (never reached)"
         return verdict.value
-
-
-def write_mutation_report(report: MutationReport) -> tuple[Path, Path]:
-    """mutation.json, mutation.md and report.html in the run's directory."""
-    from harness.mutate.html import write_mutation_html  # it imports this module
-
-    run_dir = report.run.run_dir
-    json_path, md_path = run_dir / "mutation.json", run_dir / "mutation.md"
-    write_json(json_path, report.to_json())
-    write_atomic(md_path, report.markdown())
-    write_mutation_html(report)
-    return json_path, md_path

@@ -8,7 +8,8 @@ from pathlib import Path
 from test_mutate_report import BOOL, DIM, MIXED, SENTINEL, cell, run_of
 
 from harness.mutate.html import render
-from harness.mutate.report import MutationReport, write_mutation_report
+from harness.mutate.output import write_mutation_report
+from harness.mutate.report import MutationReport
 from harness.mutate.run import MutantVerdict
 
 

@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 from harness.mutate.catalogue import Catalogue, Mutant
-from harness.mutate.report import MutationReport, Score, write_mutation_report
+from harness.mutate.output import write_mutation_report
+from harness.mutate.report import MutationReport, Score
 from harness.mutate.run import MutantCell, MutantVerdict, MutationRun
 
 SENTINEL = Mutant("sentinel.abort", ("aoti_torch_delete_tensor_object",), "sentinel", "aborts", "", sentinel=True)
