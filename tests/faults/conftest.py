@@ -14,11 +14,13 @@ A probe whose subject is not the cache works in the shared cache (`shared_cache`
 integration tier does: its env and builds are made once and reused by every later probe and run.
 A probe of the build cache whose subject is not its env uses `linked_env`: the shared torch 2.13.0
 env linked into its private cache. Either saves making an env (30 to 60 s of uv and bytecode
-compiling per probe) and deleting it after (as long again on a busy disk).
+compiling per probe) and deleting it after (as long again on a busy disk). A probe that changes
+its env without damaging it uses `copied_env`: a copy of that env with files of its own.
 """
 
 import json
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,7 +29,7 @@ from kit import Workspace
 from packaging.version import Version
 
 from harness.config import DEFAULT_PYTHON, Sources
-from harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
+from harness.provision.envs import EnvManager, EnvSpec, default_cache_dir, locked
 from harness.provision.sources import resolve_sources
 
 HERE = Path(__file__).parent
@@ -99,3 +101,14 @@ def shared_cache(workspace: Workspace) -> Path:
     private one: for a probe of a cell, a run or its reports, never of the cache itself."""
     workspace.cache = default_cache_dir()
     return workspace.cache
+
+
+@pytest.fixture
+def copied_env(workspace: Workspace, shared_env: Path) -> Path:
+    """workspace's private cache holding a copy of the shared torch 2.13.0 env (new inodes: nothing done to
+    it reaches the shared env or uv's cache). Its first run hashes its files once (their stamps moved)."""
+    target = workspace.cache / "envs" / shared_env.name
+    target.parent.mkdir(parents=True)
+    with locked(shared_env.with_name(f"{shared_env.name}.lock")):  # not repaired by a run while copied
+        shutil.copytree(shared_env, target, symlinks=True)
+    return target
