@@ -49,7 +49,8 @@ def base_image(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """Unit and integration tests (integration tests build and run real cross-version cells)."""
     session.install("-e", ".[test]")
-    session.run("pytest", "-n", "auto", "--dist", "loadfile", *(session.posargs or ["tests"]))
+    # --durations=15: the slowest tests, printed at the end of every run, so a test that grows shows at once.
+    session.run("pytest", "-n", "auto", "--dist", "loadfile", "--durations=15", *(session.posargs or ["tests"]))
 
 
 @nox.session(default=False)

@@ -9,15 +9,28 @@ extension built on torch 2.13.0 for target 2.10, run on 2.13.0) with its own cac
 directories, breaks one thing the way a user, a crash or an adversary would, and asserts how
 the run classifies it and that nothing finished is lost. A fault that must not damage what
 other tests use (uv's cache, shared envs) is injected into a private copy only.
+
+A probe whose subject is not the cache works in the shared cache (`shared_cache`), as the
+integration tier does: its env and builds are made once and reused by every later probe and run.
+A probe of the build cache whose subject is not its env uses `linked_env`: the shared torch 2.13.0
+env linked into its private cache. Either saves making an env (30 to 60 s of uv and bytecode
+compiling per probe) and deleting it after (as long again on a busy disk). A probe that changes
+its env without damaging it uses `copied_env`: a copy of that env with files of its own.
 """
 
 import json
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from kit import Workspace
+from packaging.version import Version
+
+from harness.config import DEFAULT_PYTHON, Sources
+from harness.provision.envs import EnvManager, EnvSpec, default_cache_dir, locked
+from harness.provision.sources import resolve_sources
 
 HERE = Path(__file__).parent
 
@@ -60,3 +73,42 @@ def private_uv_cache(workspace: Workspace, tmp_path: Path) -> Path:
     path = tmp_path / "uv-cache"
     workspace.env["UV_CACHE_DIR"] = str(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def shared_env() -> Path:
+    """The shared cache's torch 2.13.0 env, the one the workspace's matrix asks for: made there once if
+    missing (every xdist worker waits on its lock and then reuses it), checked against its fingerprint."""
+    spec = EnvSpec(Version("2.13.0"), "auto", DEFAULT_PYTHON)
+    return EnvManager(default_cache_dir(), resolve_sources(Sources())).ensure(spec).path
+
+
+@pytest.fixture
+def linked_env(workspace: Workspace, shared_env: Path) -> Path:
+    """workspace's private cache with the shared torch 2.13.0 env linked in (a symlink), for a probe that
+    never writes into its env: its runs reuse that env as every integration test does, and its
+    teardown removes a link instead of 1 GB of files. Probes that damage or delete env files make
+    their own env (or copy one): never this one."""
+    link = workspace.cache / "envs" / shared_env.name
+    link.parent.mkdir(parents=True)
+    link.symlink_to(shared_env, target_is_directory=True)
+    return link
+
+
+@pytest.fixture
+def shared_cache(workspace: Workspace) -> Path:
+    """workspace's runs use the shared cache (envs and builds, content-addressed and locked) instead of a
+    private one: for a probe of a cell, a run or its reports, never of the cache itself."""
+    workspace.cache = default_cache_dir()
+    return workspace.cache
+
+
+@pytest.fixture
+def copied_env(workspace: Workspace, shared_env: Path) -> Path:
+    """workspace's private cache holding a copy of the shared torch 2.13.0 env (new inodes: nothing done to
+    it reaches the shared env or uv's cache). Its first run hashes its files once (their stamps moved)."""
+    target = workspace.cache / "envs" / shared_env.name
+    target.parent.mkdir(parents=True)
+    with locked(shared_env.with_name(f"{shared_env.name}.lock")):  # not repaired by a run while copied
+        shutil.copytree(shared_env, target, symlinks=True)
+    return target

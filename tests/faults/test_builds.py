@@ -20,6 +20,7 @@ def _wait_for_compiler(proc_marker: str, timeout: float = 120) -> None:
     raise AssertionError("the compiler never started")
 
 
+@pytest.mark.usefixtures("linked_env")
 def test_B7_ctrl_c_while_the_compiler_runs_is_not_cached_as_a_build_failure(workspace, catalogue) -> None:
     """B7 (and B5): Ctrl-C to the job's process group while cc1plus runs; the next run builds again and passes."""
     proc = workspace.start()
@@ -45,6 +46,7 @@ def test_B7_ctrl_c_while_the_compiler_runs_is_not_cached_as_a_build_failure(work
     assert workspace.only_cell()["status"] == "PASS"
 
 
+@pytest.mark.usefixtures("linked_env")
 def test_D14_a_build_killed_by_the_build_timeout_is_an_error_and_not_cached(workspace, catalogue) -> None:
     """D14: settings.build_timeout kills the build: the cell is ERROR (exit 3), not BUILD_FAILED broken;
     with the timeout raised, the next run builds and passes."""
@@ -75,6 +77,7 @@ def _site_file(workspace, pattern: str) -> Path:
     return found
 
 
+@pytest.mark.usefixtures("linked_env")
 @pytest.mark.parametrize(
     "probe, fault, damage",
     [

@@ -126,7 +126,7 @@ def test_E8_a_pth_file_dropped_into_site_packages_is_named_and_the_env_rebuilt(
     assert not (site_packages(workspace) / "zz_sabotage.pth").exists()
 
 
-@pytest.mark.usefixtures("private_uv_cache")
+@pytest.mark.usefixtures("private_uv_cache", "copied_env")  # the subject is an env found, not made
 def test_an_env_made_before_fingerprints_is_proven_against_RECORD_and_reused_not_rebuilt(workspace: Workspace) -> None:
     first = workspace.run()
     assert first.returncode == 0, first.stdout

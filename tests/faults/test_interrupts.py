@@ -29,6 +29,7 @@ def _wait_for(predicate, what: str, timeout: float = 300) -> None:
     raise AssertionError(f"never happened: {what}")
 
 
+@pytest.mark.usefixtures("shared_cache")
 def test_B3_a_cell_killed_by_the_interrupt_reads_the_same_in_its_own_file_and_the_report(workspace, catalogue) -> None:
     """B3: before, the killed cell's cells/<id>/result.json said CRASHED (broken) while results.json said
     ERROR 'not run', though it had run for seconds. Both must say ERROR, interrupted after N s."""

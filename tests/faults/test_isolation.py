@@ -12,6 +12,7 @@ import os
 import signal
 import time
 
+import pytest
 from kit import observed, processes_mentioning
 
 from harness.provision import integrity
@@ -114,6 +115,7 @@ def test_a_hostile_suite_changes_nothing_another_cell_uses(workspace, private_uv
     assert "is damaged" not in second.stdout
 
 
+@pytest.mark.usefixtures("shared_cache")
 def test_B8_cells_die_with_a_killed_harness(workspace, catalogue) -> None:
     """B8: after SIGKILL of the harness its cells ran on with no timeout. Now they die with it."""
     workspace.add_extension("sleeper", SLEEPS)
@@ -162,6 +164,7 @@ def test_detaches_a_child_and_floods_stdout_at_exit():
 """
 
 
+@pytest.mark.usefixtures("shared_cache")
 def test_E1_E3_a_detached_child_dies_with_its_cell_and_a_flood_of_output_is_capped(workspace, catalogue) -> None:
     """E1: a test's `setsid` child survived the run. E3: 500 MB of stdout made a 524 MB stdout.log."""
     marker = f"harness-fault-e1-{os.getpid()}"

@@ -25,6 +25,7 @@ def test_removes_its_own_cell_directory():
 """
 
 
+@pytest.mark.usefixtures("shared_cache")
 def test_E12_a_cell_that_deletes_its_own_directory_loses_nothing_else(workspace, catalogue) -> None:
     """E12: before, `internal error: FileNotFoundError`, no report, 2 finished cells lost, 3 never run."""
     workspace.add_extension("vandal", REMOVES_ITS_DIR)
@@ -84,6 +85,7 @@ def _in_a_small_filesystem(workspace, size: str) -> subprocess.CompletedProcess[
     )
 
 
+@pytest.mark.usefixtures("shared_cache")
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="needs util-linux unshare to make a small filesystem")
 @pytest.mark.parametrize("size", ["8k", "24k", "48k"], ids=["G1-full", "G2-nearly-full", "G3-almost-enough"])
 def test_a_full_disk_leaves_no_half_written_file_and_names_what_it_could_not_write(
