@@ -40,7 +40,18 @@ done
 if [ "$session" = tests ] && [ ! -e /usr/share/fonts/truetype/noto/NotoColorEmoji.ttf ]; then
   missing+=(fonts-noto-color-emoji) # the grid's verdict symbols are emoji: screenshots show boxes without it
 fi
-python=$(command -v python3.13 || command -v python3.12 || command -v python3.11 || command -v python3 || true)
+# The first Python on PATH that runs and is 3.11 or newer (a pyenv shim of a version not selected does not run).
+find_python() {
+  local candidate
+  for candidate in python3 python3.13 python3.12 python3.11; do
+    if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+      command -v "$candidate"
+      return 0
+    fi
+  done
+  return 1
+}
+python=$(find_python || true)
 if [ -z "$python" ] || ! "$python" -c 'import ensurepip' 2>/dev/null; then
   missing+=(python3-venv) # Debian and Ubuntu ship venv's pip apart from python3
 fi
@@ -55,10 +66,11 @@ if [ ${#missing[@]} -gt 0 ]; then
     echo "  sudo apt-get update && sudo apt-get install -y --no-install-recommends ${missing[*]}" >&2
     exit 1
   fi
-  python=$(command -v python3.13 || command -v python3.12 || command -v python3.11 || command -v python3)
+  python=$(find_python || true)
 fi
-if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
-  echo "the harness needs Python 3.11 or newer; $python is $("$python" --version 2>&1)" >&2
+if [ -z "$python" ]; then
+  echo "the harness needs Python 3.11 or newer, and none on PATH runs: install one (python3 from your system's" \
+    "packages, uv python install 3.11, pyenv install 3.11) and put it first on PATH" >&2
   exit 1
 fi
 
