@@ -4,13 +4,17 @@ from an intact uv cache, and its cell passes again.
 Each probe breaks the env that the first run made, the way a lost file, a disk fault or a test
 suite would. Env files are hardlinks into uv's cache, so damage written in place reaches uv's
 cache too: every probe uses a private uv cache (`private_uv_cache`), which is also what lets the
-second run clean the damaged distribution out of it without touching anyone else's.
+second run clean the damaged distribution out of it without touching anyone else's. That cache is
+this module's: its probes run one after another in one process (any xdist mode), each leaves it
+as intact as the env it proves against RECORD, and filling it (unpacking torch) is paid once, not
+per probe.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,6 +27,20 @@ if TYPE_CHECKING:
     from kit import Workspace
 
 LIBTORCH = "torch/lib/libtorch_cpu.so"
+
+
+@pytest.fixture(scope="module")
+def module_uv_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    path = tmp_path_factory.mktemp("env-damage-uv-cache")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)  # about 1 GB of unpacked wheels
+
+
+@pytest.fixture
+def private_uv_cache(workspace: Workspace, module_uv_cache: Path) -> Path:
+    """uv's cache for this module's probes alone (conftest's is one per test)."""
+    workspace.env["UV_CACHE_DIR"] = str(module_uv_cache)
+    return module_uv_cache
 
 
 def site_packages(workspace: Workspace) -> Path:
