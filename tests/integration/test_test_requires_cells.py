@@ -122,5 +122,5 @@ def test_the_overlay_is_mounted_read_only_in_containers(tutorial: Path, docker_h
     (cell,) = cells_by_id(latest_results(tutorial / "d")).values()
     assert (cell["status"], cell["tests"]["passed"]) == ("PASS", TESTS["passed"] + 2), cell
     command = (tutorial / "d" / "latest" / "cells" / cell["id"] / "command.txt").read_text()
-    assert "target=/opt/harness/provision/testdeps/0,readonly" in command
-    assert "HARNESS_SITE_DIRS=/opt/harness/provision/testdeps/0" in command
+    assert "target=/opt/harness/testdeps/0,readonly" in command
+    assert "HARNESS_SITE_DIRS=/opt/harness/testdeps/0" in command
