@@ -76,20 +76,6 @@ def compiler_identity() -> str:
     return "; ".join(parts)
 
 
-def source_digest(root: Path, exclude: Path) -> str:
-    """sha256 over the extension's files (its test directory excluded: tests do not change the binary)."""
-    digest = hashlib.sha256()
-    skip = shutil.ignore_patterns(*IGNORED)
-    for dirpath, dirnames, filenames in os.walk(root):
-        here = Path(dirpath)
-        ignored = skip(dirpath, dirnames + filenames)
-        dirnames[:] = sorted(d for d in dirnames if d not in ignored and here / d != exclude)
-        for name in sorted(f for f in filenames if f not in ignored):
-            path = here / name
-            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()
-
-
 # A compiler or build tool that died of a signal (an interrupt, the OOM killer) or crashed: the
 # recipe failed, but nothing was learnt about the extension's source.
 KILLED_MARKERS = (
@@ -101,10 +87,11 @@ KILLED_MARKERS = (
 
 
 def cache_key(build: Build, env: Env, compiler: str) -> str:
-    wheel = build.extension.wheel
+    wheel, ext = build.extension.wheel, build.extension
     material = {
         "format": BUILD_FORMAT,
-        "sources": file_digest(wheel) if wheel else source_digest(build.extension.root, build.extension.tests),
+        # The extension's files, its test directory left out: tests do not change the binary.
+        "sources": file_digest(wheel) if wheel else content_digest(ext.root, IGNORED, ext.tests),
         "recipe": build.extension.recipe,
         "target": build.target.hex if build.target else None,
         "torch": env.torch_version,
