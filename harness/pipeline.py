@@ -71,6 +71,7 @@ class Pipeline:
         self.observer = observer
         self.backend = backend or VenvBackend()
         self.preparer = Preparer(plan, options.cache_dir, options.jobs, observer, self.backend)
+        self.identity = plan.identity  # what the cells run from, read before any of them runs
 
     def execute(self) -> tuple[RunResult, Path]:
         """The whole run; the report is written even when it is interrupted (ReportError if it cannot be)."""
@@ -164,7 +165,7 @@ class Pipeline:
             build_order=tuple(b.id for b in self.plan.builds),
             runtime_order=tuple(r.id for r in self.plan.runtimes),
             interrupted=interrupted,
-            plan=self.plan.identity,
+            plan=self.identity,
             hosts=(HostFacts.probe(),),
             known_breaks=known,
             candidate=self.plan.matrix.candidate,
