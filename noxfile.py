@@ -32,6 +32,15 @@ def mutate(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def gate_replay(session: nox.Session) -> None:
+    """The release gate replayed: each release of the default matrix as the candidate against the one before it
+    (its headers, header probe, op schemas and the stable samples); the table in reports/replay.md."""
+    session.install("-e", ".")
+    selection = ["-k", "header_probe", "-k", "stable_basic"]
+    session.run("python", "-m", "harness", "gate", "--replay", *selection, *session.posargs)
+
+
+@nox.session(default=False)
 def harness(session: nox.Session) -> None:
     """Any harness command: `nox -s harness -- abi-diff 2.15 candidate.whl`, `-- check wheel.whl`..."""
     session.install("-e", ".")

@@ -7,15 +7,38 @@ every target from the extension's min_target to the candidate's own level, and e
 on every runtime. A header whose version guard does not hold (a declaration visible at a target
 whose release does not export it) ships in the candidate and breaks every extension built on it for
 an older target: only a build on the candidate run on the older release shows it.
+
+So the candidate also brings the header probe (harness.probe_extension): an extension generated from
+its own headers that references every declaration they make visible at each target, built on the
+candidate at each target and run on that target's release and later ones. Its headers come from the
+packaged visibility data for a release the harness has preprocessed, else from the candidate's env.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
+from pathlib import Path
+
+from packaging.version import Version
 
 from harness.config import BuildSpec, Matrix, RuntimeSpec
 from harness.core.errors import ConfigError
 from harness.core.versions import ApiLevel, parse_release
+from harness.probe_extension import load_probe, probe_targets, with_header_probe, write_probe
+from harness.provision.envs import EnvManager, EnvSpec
+from harness.provision.sources import resolve_sources
+from harness.static.visibility import (
+    OLDEST_TARGET,
+    Visibility,
+    find_cuda_include,
+    include_order,
+    packaged_visibility,
+    public_headers,
+    scan_include,
+)
+
+log = logging.getLogger(__name__)
 
 
 def candidate_extensions(matrix: Matrix) -> list[str]:
@@ -29,9 +52,10 @@ def candidate_extensions(matrix: Matrix) -> list[str]:
     ]
 
 
-def with_candidate(matrix: Matrix, version: str) -> Matrix:
+def with_candidate(matrix: Matrix, version: str, probes: Path | None = None) -> Matrix:
     """The matrix plus the candidate as a runtime and as the build torch of every stable extension at every
-    target from its min_target to the candidate's level (builds the matrix already has are not repeated)."""
+    target from its min_target to the candidate's level (builds the matrix already has are not repeated);
+    with probes (a directory for generated extensions), the candidate's header probe too."""
     try:
         release = parse_release(version)
     except ValueError as exc:
@@ -60,7 +84,46 @@ def with_candidate(matrix: Matrix, version: str) -> Matrix:
                 builds.append(build)
     if problems:
         raise ConfigError("command line", problems)
-    return dataclasses.replace(matrix, runtimes=tuple(runtimes), builds=tuple(builds), candidate=str(release))
+    matrix = dataclasses.replace(matrix, runtimes=tuple(runtimes), builds=tuple(builds), candidate=str(release))
+    return matrix if probes is None else add_header_probe(matrix, release, probes)
+
+
+def add_header_probe(matrix: Matrix, release: Version, probes: Path) -> Matrix:
+    """The matrix plus the candidate's header probe, one build per target of its headers (none, with a warning,
+    when its headers cannot be read yet: a release the harness never preprocessed whose env is not made)."""
+    found = candidate_headers(matrix, release, probes.parent)
+    if found is None:
+        log.warning(
+            "torch %s: no header probe in this run: its headers were never preprocessed by this harness and its "
+            "env is not made yet (`gate` makes it first; a later run finds it)",
+            release,
+        )
+        return matrix
+    headers, visibility = found
+    targets = probe_targets(visibility, oldest_served(matrix))
+    extension = load_probe(write_probe(probes, str(release), headers, targets))
+    return with_header_probe(matrix, release, extension, [t.target for t in targets])
+
+
+def oldest_served(matrix: Matrix) -> ApiLevel:
+    """The oldest target a candidate is asked to serve: the oldest release the matrix runs (never below the
+    oldest target a build can ask for)."""
+    return max(OLDEST_TARGET, min(ApiLevel.of(r.torch) for r in matrix.runtimes))
+
+
+def candidate_headers(matrix: Matrix, release: Version, cache_dir: Path) -> tuple[list[str], Visibility] | None:
+    """The headers the probe includes (in the order an extension reaches the C shims) and what they declare at
+    each target: the packaged data for a release it holds, else the candidate's env scanned, if it is made."""
+    packaged = packaged_visibility().get(str(release))
+    if packaged is not None:
+        entries = {chain[0] for name, chain in packaged.chains.items() if chain and name in packaged.cpu}
+        return sorted(entries, key=include_order), packaged
+    env = EnvManager(cache_dir, resolve_sources(matrix.sources)).cached(EnvSpec(release, "auto", matrix.python))
+    if env is None:
+        return None
+    include = env.torch_lib.parent / "include"
+    visibility = scan_include(include, str(release), cuda_include=find_cuda_include())
+    return public_headers(include, cuda=False), visibility
 
 
 def _key(build: BuildSpec) -> tuple[str, str, str, str, str | None]:

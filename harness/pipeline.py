@@ -36,7 +36,7 @@ from harness.results.model import CellResult, RunResult
 from harness.results.rundir import new_run_dir, point_latest, record_cell, with_build_log
 from harness.static.artifact import ArtifactFacts, unmet
 from harness.static.manifest import packaged_manifest
-from harness.static.op_calls import fits
+from harness.static.op_calls import OpCall, fits
 from harness.static.op_registry import packaged_op_schemas
 from harness.static.predict import ArtifactImports, Predicted, Prediction, predict
 from harness.static.symbols import read_artifact
@@ -72,6 +72,8 @@ class Pipeline:
         self.backend = backend or VenvBackend()
         self.preparer = Preparer(plan, options.cache_dir, options.jobs, observer, self.backend)
         self.identity = plan.identity  # what the cells run from, read before any of them runs
+        self.op_calls: dict[str, frozenset[OpCall]] = {}  # per extension: the ops its builds call by name (the gate)
+        self.build_seconds: dict[str, float] = {}  # per extension: the time its builds took in this run (0: cached)
 
     def execute(self) -> tuple[RunResult, Path]:
         """The whole run; the report is written even when it is interrupted (ReportError if it cannot be)."""
@@ -87,6 +89,12 @@ class Pipeline:
         builds = {build: with_build_log(run_dir, result) for build, result in prepared.builds.items()}
         prepared = dataclasses.replace(prepared, builds=builds)
         artifacts = read_artifacts(builds)
+        for build, result in builds.items():
+            seconds = 0.0 if result.cached else result.seconds
+            self.build_seconds[build.extension.name] = self.build_seconds.get(build.extension.name, 0.0) + seconds
+        for build, (imports, _facts) in artifacts.items():
+            name = build.extension.name
+            self.op_calls[name] = self.op_calls.get(name, frozenset()) | frozenset(imports.calls)
         predictions = self.predict_cells(prepared.handles, artifacts)
         promises = self.promises(prepared.handles, artifacts)
         runner = CellRunner(self.plan, self.options, self.backend, self.preparer, prepared, run_dir)

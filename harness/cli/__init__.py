@@ -12,7 +12,7 @@ from pathlib import Path
 from rich.markup import escape
 
 from harness import __version__
-from harness.cli import analyse, mutate, reports, run, runtimes
+from harness.cli import analyse, gate, mutate, reports, run, runtimes
 from harness.cli.args import Command
 from harness.cli.console import console, notes
 from harness.core.errors import ExitCode, HarnessError
@@ -37,7 +37,7 @@ def invoked_as(argv0: str) -> str:
 # Each command's parser, in the order --help lists them; each family module adds its own and its handler.
 COMMANDS: tuple[Callable[[Command], None], ...] = (
     run.add_run,
-    run.add_gate,
+    gate.add_gate,
     mutate.add_mutate,
     run.add_plan,
     reports.add_report,

@@ -1,18 +1,18 @@
-"""`run`, `gate` and `plan`: the commands that select cells of the matrix, and run them or say how they would."""
+"""`run` and `plan`, and what `gate` shares with them: the commands that select cells of the matrix, and run them
+or say how they would."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 from rich.markup import escape
 
 from harness.candidate import with_candidate
 from harness.cli.args import (
     Command,
-    existing_file,
     positive_int,
     positive_seconds,
     shard_count,
@@ -34,15 +34,13 @@ from harness.cli.reports import against_baseline
 from harness.config import DEFAULT_MATRIX, Matrix
 from harness.config.matrix import load_matrix, with_overrides
 from harness.core.errors import BadInputError, ExitCode
-from harness.core.files import writable_dir, write_atomic
+from harness.core.files import writable_dir
 from harness.plan import Plan, make_plan
 from harness.provision.envs import default_cache_dir
 from harness.results.diff import load_run
-from harness.results.gate import candidate_ref, decide, previous_release
 from harness.results.model import ReportError, RunResult
 from harness.shard import fan_out, measured_durations, partition, plan_json, shard_plan
-from harness.static.abi_diff import diff, surface
-from harness.static.manifest import packaged_manifest
+from harness.static.op_calls import OpCall
 
 
 def matrix_options(p: argparse.ArgumentParser) -> None:
@@ -200,31 +198,6 @@ def add_run(command: Command) -> None:
     run.set_defaults(handler=cmd_run)
 
 
-def add_gate(command: Command) -> None:
-    gate = command(
-        "gate",
-        help="GO or NO-GO for a release candidate: abi-diff, the matrix with the candidate on both axes, "
-        "the diff against the previous release's run",
-    )
-    matrix_options(gate)
-    executing_options(gate)
-    gate.set_defaults(rerun_failed=None, shard=None, durations=None)
-    gate.add_argument(
-        "--previous",
-        default=None,
-        metavar="RELEASE",
-        help="the release abi-diff compares the candidate with (default: the matrix's newest runtime below it)",
-    )
-    gate.add_argument(
-        "--candidate-wheel",
-        type=existing_file,
-        default=None,
-        metavar="WHEEL",
-        help="the candidate's torch wheel for abi-diff (default: one in --find-links, else the manifest's release)",
-    )
-    gate.set_defaults(handler=cmd_gate)
-
-
 def add_plan(command: Command) -> None:
     plan = command("plan", help="print the selected cells and what each is promised; do nothing else")
     matrix_options(plan)
@@ -242,7 +215,10 @@ def add_plan(command: Command) -> None:
 
 def load_matrix_with_overrides(args: argparse.Namespace) -> Matrix:
     matrix = with_overrides(load_matrix(args.matrix), args.add_runtime, args.extra_index_url, args.find_links)
-    return with_candidate(matrix, args.candidate) if args.candidate else matrix
+    if not args.candidate:
+        return matrix
+    probes = (getattr(args, "cache_dir", None) or default_cache_dir()).absolute() / "header-probes"
+    return with_candidate(matrix, args.candidate, probes)
 
 
 def durations_of(args: argparse.Namespace) -> dict[str, float] | None:
@@ -278,7 +254,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.rerun_failed is not None and not plan.cells:  # pytest --lf would run everything; this runs nothing
         return int(ExitCode.OK)
     baseline = load_run(args.baseline) if args.baseline else None  # a bad baseline fails before any work
-    run, run_dir = execute(args, plan)
+    run, run_dir, _, _ = execute(args, plan)
     if baseline is not None:
         against_baseline(baseline, run, run_dir)
     code = finish(run, run_dir)
@@ -287,7 +263,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     return code
 
 
-def execute(args: argparse.Namespace, plan: Plan) -> tuple[RunResult, Path]:
+class Executed(NamedTuple):
+    """A run as `run` and `gate` read it: its results, its report directory, and what its builds showed."""
+
+    run: RunResult
+    run_dir: Path
+    op_calls: dict[str, frozenset[OpCall]]  # per extension: the ops its builds call by name
+    build_seconds: dict[str, float]  # per extension: the time its builds took (0 when cached)
+
+
+def execute(args: argparse.Namespace, plan: Plan) -> Executed:
     """Build, run and report the plan's cells (`run`, `gate`); the grid is printed, the report written."""
     # Only the commands that run cells load the pipeline (executors, builds, the report writers): ~0.4 s.
     from harness.cells import RunOptions
@@ -318,8 +303,9 @@ def execute(args: argparse.Namespace, plan: Plan) -> tuple[RunResult, Path]:
     shard = f", shard {plan.shard} of {len(plan.unsharded or ())}" if plan.shard else ""
     print_preamble(plan, f"(backend {args.backend}, {how}, {args.jobs} at a time{shard})")
     observer = ConsoleObserver()
+    pipeline = Pipeline(plan, options, observer, backend)
     try:
-        run, run_dir = Pipeline(plan, options, observer, backend).execute()
+        run, run_dir = pipeline.execute()
     except ReportError as exc:  # the results are in hand: show them, then say what could not be written
         observer.close()
         print_grid(exc.run)
@@ -327,36 +313,7 @@ def execute(args: argparse.Namespace, plan: Plan) -> tuple[RunResult, Path]:
     observer.close()
     print_grid(run)
     annotate(run)
-    return run, run_dir
-
-
-def cmd_gate(args: argparse.Namespace) -> int:
-    """abi-diff, then the matrix with the candidate on both axes, then the baseline diff: GO or NO-GO."""
-    from harness.render.html import write_html  # jinja2: only for the commands that write report.html
-
-    if not args.candidate:
-        raise BadInputError("gate: --candidate RELEASE is required (the release to decide on, e.g. 2.16.0)")
-    plan = selected_plan(args)  # every input is checked before any work: matrix, selectors, baseline, wheel
-    baseline = load_run(args.baseline) if args.baseline else None
-    manifest = packaged_manifest()
-    previous = args.previous or previous_release(
-        args.candidate, [str(r.torch) for r in plan.matrix.runtimes if str(r.torch) != args.candidate]
-    )
-    ref = candidate_ref(args.candidate, args.candidate_wheel, plan.matrix.sources.find_links, manifest.releases)
-    console.print(f"[bold]== abi-diff[/]: {escape(previous)} -> {escape(ref)}")
-    abi = diff(surface(manifest, previous), surface(manifest, ref))
-    run, run_dir = execute(args, plan)
-    result = against_baseline(baseline, run, run_dir) if baseline is not None else None
-    gate = decide(args.candidate, previous, abi, run, result)
-    write_atomic(run_dir / "gate.md", gate.markdown())
-    write_atomic(run_dir / "gate.json", json.dumps(gate.to_json(), indent=2, ensure_ascii=False) + "\n")
-    write_html(run, run_dir)
-    console.print()
-    console.print(escape(gate.markdown()), soft_wrap=True)
-    style = {ExitCode.OK: "bold green", ExitCode.BROKEN: "bold red"}.get(gate.exit_code, "bold magenta")
-    console.print(f"report: {run_dir}/gate.md, gate.json, report.html, summary.md, results.json")
-    console.print(f"[{style}]{gate.decision.value}[/] for torch {escape(args.candidate)} (exit {int(gate.exit_code)})")
-    return int(gate.exit_code)
+    return Executed(run, run_dir, pipeline.op_calls, pipeline.build_seconds)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

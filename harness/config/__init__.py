@@ -110,6 +110,8 @@ class KnownBreak:
     reason: str
     link: str
     expires: datetime.date  # the last day it holds
+    # symbol patterns: a broken cell missing only these, and the gate's header findings of them, are acknowledged
+    symbols: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -118,12 +120,14 @@ class KnownBreak:
             "reason": self.reason,
             "link": self.link,
             "expires": self.expires.isoformat(),
+            **({"symbols": list(self.symbols)} if self.symbols else {}),
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> KnownBreak:
         expires = datetime.date.fromisoformat(data["expires"])
-        return cls(data["name"], tuple(data["cells"]), data["reason"], data["link"], expires)
+        symbols = tuple(data.get("symbols", ()))
+        return cls(data["name"], tuple(data["cells"]), data["reason"], data["link"], expires, symbols)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -173,9 +173,10 @@ def known_breaks(doc: Document, problems: list[str]) -> tuple[KnownBreak, ...]:
         if any(k.name == item["name"] for k in out):
             problems.append(f"{doc.where((*where, 'name'))}: {item['name']!r} names another known break too")
             continue
-        cells = item["cells"]
+        cells, symbols = item.get("cells", ()), item.get("symbols", ())
         selectors = (cells,) if isinstance(cells, str) else tuple(cells)
-        out.append(KnownBreak(item["name"], selectors, item["reason"], item["link"], expires))
+        patterns = (symbols,) if isinstance(symbols, str) else tuple(symbols)
+        out.append(KnownBreak(item["name"], selectors, item["reason"], item["link"], expires, patterns))
     return tuple(out)
 
 

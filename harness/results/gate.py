@@ -9,6 +9,11 @@ Three sources of evidence, combined:
    older release (forward), with the missing symbols or failing tests that show it. A known break
    that holds is listed apart; one that expired is a reason, by name.
 3. The diff against the previous release's run (a baseline): which broken cells are new, what got fixed.
+4. The candidate's headers (harness.results.release_evidence): every declaration visible at a target whose
+   release does not export it, unless a known break's `symbols:` acknowledge it; the header probe's cells
+   (built from those headers, run on each older release), which name the symbols the headers lied about.
+5. Its op schemas against the previous release's: a removed or incompatibly changed op that an extension
+   of the matrix calls by name; the other breaking changes are listed as at risk, by namespace.
 
 NO-GO when any reason stands (exit 1); GO when none does and every cell reached a verdict (exit 0);
 UNDECIDED when no reason stands but some cell errored or the run was interrupted (exit 3): the
@@ -28,13 +33,15 @@ from packaging.version import InvalidVersion, Version
 from harness.core.errors import BadInputError, ExitCode
 from harness.core.text import md_text
 from harness.core.versions import release_of
+from harness.probe_extension import is_header_probe
 from harness.results.diff import RunDiff
 from harness.results.known_breaks import Outcome, State, outcomes
 from harness.results.model import CellResult, RunResult
+from harness.results.release_evidence import HeaderClaim, OpEvidence, probe_cells
 from harness.static.abi_diff import AbiDiff
 from harness.verdict import Verdict
 
-GATE_JSON_VERSION = 1
+GATE_JSON_VERSION = 2  # 2: headers, probe_cells, op_schemas, counts, removed_exports, broken_cells, timings
 
 
 class Decision(enum.StrEnum):
@@ -68,6 +75,7 @@ class Gate:
     warnings: tuple[str, ...]  # fixed or unmatched known_breaks entries
     run_id: str
     baseline: str | None
+    data: dict[str, Any] = dataclasses.field(default_factory=dict)  # the structured evidence of gate.json
 
     @property
     def exit_code(self) -> ExitCode:
@@ -95,6 +103,7 @@ class Gate:
             "warnings": list(self.warnings),
             "run_id": self.run_id,
             "baseline": self.baseline,
+            **self.data,
         }
 
     def markdown(self) -> str:
@@ -152,12 +161,38 @@ def evidence_of(cell: CellResult, candidate: str, new: bool | None) -> str:
     return "; ".join(parts)
 
 
-def decide(candidate: str, previous: str, abi: AbiDiff, run: RunResult, diff: RunDiff | None) -> Gate:
-    """NO-GO on any reason (the stable surface, a broken promise, an expired known break); else UNDECIDED when a
-    cell errored or the run was interrupted (the matrix did not say everything); else GO."""
+@dataclasses.dataclass(frozen=True)
+class ReleaseEvidence:
+    """What the gate read besides abi-diff and the matrix: the candidate's headers and op schemas."""
+
+    headers: tuple[HeaderClaim, ...] = ()
+    headers_audited: bool = False
+    ops: OpEvidence | None = None
+    timings: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+def decide(
+    candidate: str,
+    previous: str,
+    abi: AbiDiff,
+    run: RunResult,
+    diff: RunDiff | None,
+    release: ReleaseEvidence | None = None,
+) -> Gate:
+    """NO-GO on any reason (the stable surface, the headers, a broken promise, a called op broken, an expired
+    known break); else UNDECIDED when a cell errored or the run was interrupted (the matrix did not say
+    everything); else GO."""
+    read = _release_evidence(release, run) if release is not None else []
+    release = release or ReleaseEvidence()
     known = outcomes(run.known_breaks, run.cells)
-    reasons = [*_abi_reasons(abi), *_matrix_reasons(run, candidate, diff, known)]
-    evidence = [_abi_evidence(abi), *_matrix_evidence(run, candidate, diff)]
+    reasons = [
+        *_abi_reasons(abi),
+        *_header_reasons(release.headers),
+        *_probe_reasons(run),
+        *_matrix_reasons(run, candidate, diff, known),
+        *_op_reasons(release.ops),
+    ]
+    evidence = [_abi_evidence(abi), *read, *_matrix_evidence(run, candidate, diff)]
     errors = [c for c in run.cells if c.verdict is Verdict.ERROR]
     if reasons:
         decision = Decision.NO_GO
@@ -171,17 +206,122 @@ def decide(candidate: str, previous: str, abi: AbiDiff, run: RunResult, diff: Ru
         )
     else:
         decision = Decision.GO
+    acknowledged = [
+        f"header finding {c.name} (targets {', '.join(c.targets)}): acknowledged by known break {c.acknowledged_by}"
+        for c in release.headers
+        if c.acknowledged_by
+    ]
     return Gate(
         candidate=candidate,
         previous=previous,
         decision=decision,
         reasons=tuple(reasons),
         evidence=tuple(evidence),
-        known_breaks=tuple(o.line() for o in known if o.state is State.ACCEPTED),
+        known_breaks=tuple(o.line() for o in known if o.state is State.ACCEPTED) + tuple(acknowledged),
         warnings=tuple(o.line() for o in known if o.state in (State.FIXED, State.UNMATCHED)),
         run_id=run.run_id,
         baseline=diff.baseline if diff else None,
+        data=_structured(abi, run, release),
     )
+
+
+def _structured(abi: AbiDiff, run: RunResult, release: ReleaseEvidence) -> dict[str, Any]:
+    """gate.json's evidence as data: what a dashboard or a release tool reads instead of the prose."""
+    return {
+        "counts": run.counts(),
+        "removed_exports": list(abi.removed_exports),
+        "changed_signatures": [{"name": c.name, "old": c.old, "new": c.new} for c in abi.changed_signatures],
+        "broken_cells": [
+            {"id": c.id, "status": c.status.value, "reason": c.reason, "missing": list(c.missing_names)}
+            for c in run.cells
+            if c.verdict is Verdict.BROKEN
+        ],
+        "headers": {"audited": release.headers_audited, "findings": [c.to_json() for c in release.headers]},
+        "probe_cells": [p.to_json() for p in probe_cells(run.cells)],
+        "op_schemas": release.ops.to_json() if release.ops else None,
+        "timings": {k: round(v, 2) for k, v in release.timings.items()},
+    }
+
+
+def _header_reasons(claims: Sequence[HeaderClaim]) -> list[Reason]:
+    open_claims = [c for c in claims if not c.acknowledged_by]
+    plain = [c for c in open_claims if not c.expired]
+    reasons: list[Reason] = []
+    if plain:
+        new = sum(not c.inherited for c in plain)
+        reasons.append(
+            Reason(
+                f"the candidate's headers show {len(plain)} declaration(s) at a target whose release does not export "
+                f"them ({new} new in the candidate, {len(plain) - new} inherited from the previous release): a build "
+                "for that target compiles, then fails to load there",
+                tuple(c.line() for c in plain),
+            )
+        )
+    for name in sorted({c.expired for c in open_claims if c.expired}):
+        mine = [c for c in open_claims if c.expired == name]
+        reasons.append(
+            Reason(f"known break {name} expired: {len(mine)} header finding(s) again", tuple(c.line() for c in mine))
+        )
+    return reasons
+
+
+def _probe_reasons(run: RunResult) -> list[Reason]:
+    broken = sorted(
+        (c for c in run.cells if is_header_probe(c.extension) and c.verdict is Verdict.BROKEN), key=lambda c: c.id
+    )
+    if not broken:
+        return []
+    return [
+        Reason(
+            f"the header probe fails to load in {len(broken)} cell(s): declarations its headers show at the "
+            "build's target are missing from that target's release or a later one",
+            tuple(f"{c.id}: {c.status.value}: missing {', '.join(c.missing_names) or c.reason}" for c in broken),
+        )
+    ]
+
+
+def _op_reasons(ops: OpEvidence | None) -> list[Reason]:
+    if ops is None or not ops.breaking_called:
+        return []
+    return [
+        Reason(
+            f"{len(ops.breaking_called)} op(s) that an extension of the matrix calls by name were removed or changed "
+            "incompatibly",
+            tuple(f"{c.op}: {c.what} (called by {', '.join(by)})" for c, by in ops.breaking_called),
+        )
+    ]
+
+
+def _release_evidence(release: ReleaseEvidence, run: RunResult) -> list[str]:
+    lines: list[str] = []
+    if release.headers_audited:
+        claims = release.headers
+        acknowledged = sum(c.acknowledged_by is not None for c in claims)
+        new = sum(not c.inherited for c in claims)
+        lines.append(
+            f"header audit: {len(claims)} finding(s) ({new} new in the candidate, {len(claims) - new} inherited, "
+            f"{acknowledged} acknowledged by a known break)"
+        )
+    else:
+        lines.append("header audit: not run")
+    probes = probe_cells(run.cells)
+    if probes:
+        failing = sum(p.verdict in ("broken", "known_break") for p in probes)
+        lines.append(f"header probe: {len(probes)} cell(s), {failing} failing to load")
+    ops = release.ops
+    if ops is None:
+        lines.append("op schemas: not compared")
+    elif not ops.compared:
+        lines.append(f"op schemas: not compared: {ops.why_not}")
+    else:
+        risk = ", ".join(f"{ns} {n}" for ns, n in sorted(ops.at_risk.items())) or "none"
+        lines.append(
+            f"op schemas: {len(ops.breaking_called)} breaking change(s) to ops the matrix calls ({ops.called_ops} "
+            f"op(s) called); at risk for extensions that call them: {risk}; {ops.compatible} compatible change(s)"
+        )
+    if release.timings:
+        lines.append("gate timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in release.timings.items()))
+    return lines
 
 
 def _abi_reasons(abi: AbiDiff) -> list[Reason]:
@@ -216,7 +356,9 @@ def _matrix_reasons(run: RunResult, candidate: str, diff: RunDiff | None, known:
     """Broken promises not acknowledged by a known break, and known breaks that expired (each its own reason)."""
     new_ids = {c.id for c in diff.new_breaks} if diff else None
     expired = {o.entry.name: o for o in known if o.state is State.EXPIRED}
-    broken = sorted((c for c in run.cells if c.verdict is Verdict.BROKEN), key=lambda c: c.id)
+    broken = sorted(
+        (c for c in run.cells if c.verdict is Verdict.BROKEN and not is_header_probe(c.extension)), key=lambda c: c.id
+    )
     plain = [c for c in broken if c.known_break not in expired]
     reasons: list[Reason] = []
     if plain:

@@ -32,6 +32,8 @@ class Judged(Protocol):
     def verdict(self) -> Verdict: ...
     @property
     def known_break(self) -> str | None: ...
+    @property
+    def missing_names(self) -> tuple[str, ...]: ...
 
 
 CellT = TypeVar("CellT", bound=Judged)
@@ -79,8 +81,18 @@ class Outcome:
         )
 
 
-def matches(entry: KnownBreak, cell_id: str) -> bool:
-    return any(fnmatch.fnmatchcase(cell_id, selector_pattern(s)) for s in entry.cells)
+def matches(entry: KnownBreak, cell: Judged) -> bool:
+    """A selector matches the cell's id, or the entry's symbols match every symbol the broken cell misses."""
+    if any(fnmatch.fnmatchcase(cell.id, selector_pattern(s)) for s in entry.cells):
+        return True
+    missing = cell.missing_names
+    return bool(entry.symbols and missing and cell.verdict is Verdict.BROKEN) and all(
+        symbol_acknowledged(entry, name) for name in missing
+    )
+
+
+def symbol_acknowledged(entry: KnownBreak, name: str) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in entry.symbols)
 
 
 def acknowledge(cells: Sequence[CellT], entries: Sequence[KnownBreak], today: datetime.date) -> list[CellT]:
@@ -88,7 +100,7 @@ def acknowledge(cells: Sequence[CellT], entries: Sequence[KnownBreak], today: da
     entry that holds, the known_break verdict. A broken cell under an expired entry stays broken."""
     out: list[CellT] = []
     for cell in cells:
-        matching = [e for e in entries if matches(e, cell.id)]
+        matching = [e for e in entries if matches(e, cell)]
         holding = [e for e in matching if e.expires >= today]
         if not matching:
             out.append(cell)
@@ -109,8 +121,8 @@ def outcomes(entries: Sequence[KnownBreak], cells: Sequence[Judged]) -> list[Out
             state = State.ACCEPTED
         elif Verdict.BROKEN in verdicts:
             state = State.EXPIRED
-        elif not mine:
-            state = State.UNMATCHED
+        elif not mine:  # an entry of symbols is judged at the gate too, against the candidate's headers
+            state = State.UNCONFIRMED if entry.symbols else State.UNMATCHED
         elif verdicts <= PROMISE_KEPT:
             state = State.FIXED
         else:

@@ -98,6 +98,13 @@ class CellResult:
     attempts: tuple[Attempt, ...] = ()  # every run of a cell run again (--rerun-broken), in order; else empty
     known_break: str | None = None  # the known_breaks entry matching its id, whatever its verdict (from version 6)
 
+    @property
+    def missing_names(self) -> tuple[str, ...]:
+        """Every symbol it was predicted to miss, else the one the loader named; () when none."""
+        if self.prediction and self.prediction.missing:
+            return tuple(m.name for m in self.prediction.missing)
+        return (self.missing_symbol,) if self.missing_symbol else ()
+
     @classmethod
     def judged(
         cls,

@@ -73,13 +73,13 @@ def public_headers(include: Path, cuda: bool, cuda_runtime: bool = True) -> list
         if relative.startswith("torch/headeronly/cuda/") and not cuda_runtime:
             continue  # they include cuda.h
         found.append(relative)
-    found.sort(key=_include_order)
+    found.sort(key=include_order)
     if not found:
         raise BadInputError(f"{include}: no stable-ABI header under it; pass a torch/include directory")
     return found
 
 
-def _include_order(header: str) -> tuple[int, str]:
+def include_order(header: str) -> tuple[int, str]:
     """What a stable extension includes comes first, so the chains show how it reaches the C shims."""
     for rank, prefix in enumerate(("torch/csrc/stable/c/", "torch/csrc/stable/", "torch/headeronly/")):
         if header.startswith(prefix):
