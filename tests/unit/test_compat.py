@@ -168,7 +168,7 @@ def test_update_then_check_is_current_and_a_changed_run_makes_it_stale(
     text = page.read_text()
     assert text.startswith("# Compatibility\n\nBefore.\n\n") and text.endswith(f"{MARK_END}\n\nAfter.\n")
     assert "\n".join(markdown(claims(run, [BUILD]))) in text
-    assert f"- `{BUILD}`: torch 2.10–2.15 (CPython 3.10–3.12, cu130)\n" in text
+    assert f"| `{BUILD}` | ❌ | ✅ | ✅ | ✅ | ✅ | ✅ | ✅ | torch 2.10–2.15 (CPython 3.10–3.12, cu130) |\n" in text
     assert main(["compat", str(tmp_path / "run"), "-k", BUILD, "--check", str(page)]) == 0
     assert "the compatibility table is current" in capsys.readouterr().out
     later = changed(
@@ -177,7 +177,8 @@ def test_update_then_check_is_current_and_a_changed_run_makes_it_stale(
     write_report(dataclasses.replace(later, run_id=run.run_id), tmp_path / "later")
     assert main(["compat", str(tmp_path / "later"), "-k", BUILD, "--check", str(page)]) == 1
     out = capsys.readouterr().out
-    assert f"{page}: the compatibility table is stale" in out and "+- `ext1@b2.14.1-t2.10`: torch 2.10–2.14" in out
+    assert f"{page}: the compatibility table is stale" in out
+    assert "+| `ext1@b2.14.1-t2.10` | ❌ | ✅ | ✅ | ✅ | ✅ | ✅ | ❌ | torch 2.10–2.14 " in out
     assert page.read_text() == text  # --check writes nothing
 
 
@@ -218,11 +219,10 @@ def test_no_build_matching_is_bad_input(capsys: pytest.CaptureFixture[str], tmp_
     assert "no build matches" in capsys.readouterr().err
 
 
-def test_the_document_is_the_table_and_each_line() -> None:
+def test_the_document_is_a_legend_line_and_the_table() -> None:
     run = synthetic_run(2000)
     found = claims(run, [BUILD])
-    assert len(found) == 2  # ext1@b2.14.1-t2.10 and ext1@b2.14.1-t2.10-n31: a line each, in the run's order
+    assert len(found) == 2  # ext1@b2.14.1-t2.10 and ext1@b2.14.1-t2.10-n31: a row each, in the run's order
     block = document(run, found)
-    table = markdown(found)
-    assert block[2 : 2 + len(table)] == table and block[-2:] == [f"- `{c.build}`: {c.line()}" for c in found]
-    assert run.run_id in block[0]
+    assert block[1:] == ["", *markdown(found)]
+    assert f"from run `{run.run_id}`" in block[0] and "an unexpected pass proves nothing" in block[0]
