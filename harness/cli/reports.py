@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import stat
 from pathlib import Path
 
 from rich.markup import escape
@@ -132,7 +133,10 @@ def keep_page(args: argparse.Namespace, run: RunResult, found: list[Claim], hole
     if holes:
         console.print(f"[bold red]{escape(str(path))} not updated[/]: a claim with holes is not written")
         return int(ExitCode.BROKEN)
-    write_atomic(path, fresh)
+    target = path.resolve()  # a page reached through a link is written where it lies, the link kept
+    mode = stat.S_IMODE(target.stat().st_mode)
+    write_atomic(target, fresh)
+    target.chmod(mode)  # as it was (the atomic write's temporary file is private)
     console.print(f"{escape(str(path))}: the compatibility table updated from run {escape(run.run_id)}")
     return int(ExitCode.OK)
 
@@ -141,6 +145,8 @@ def cmd_compat(args: argparse.Namespace) -> int:
     page = args.update or args.check
     if page is not None:
         read_page(page)  # a page without its markers is bad input, found before the run is read
+    if args.update is not None:
+        writable_dir(args.update.resolve().parent, "--update: the folder of")
     run = load_run(args.report)
     found = claims(run, args.build)
     if not found:
