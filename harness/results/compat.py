@@ -137,7 +137,7 @@ class Claim:
         return {key: frozenset(found[key]) for key in sorted(found, key=_python_key)}
 
     def line(self) -> str:
-        """'torch 2.10-2.11 (CPython 3.11, cu128/cu130), 2.13 (CPython 3.11, cpu); 2.12 not tested' (en dashes):
+        """'torch 2.10-2.11 (CPython 3.11, cu128/cu130), 2.13 (CPython 3.11, cpu); torch 2.12 not tested' (en dashes):
         what a README may claim, and no more."""
         places = self.places()
         if not places:
@@ -149,14 +149,12 @@ class Claim:
             else:
                 segments.append(([key], where))
         text = "torch " + ", ".join(f"{_span(keys)} ({_where(where)})" for keys, where in segments)
-        tested = {minor(cell_release(c)) for c in self.cells}
-        gaps = [gap for run in _gaps(list(places)) for gap in run]
-        untested = [g for g in gaps if g not in tested]
-        unproven = [g for g in gaps if g in tested]
-        for names, what in ((untested, NOT_TESTED), (unproven, "not proven")):
-            if names:
-                text += f"; {', '.join(names)} {what}"
-        return text
+        pythons = sorted({p for where in places.values() for p, _ in where if p != "?"}, key=_python_key)
+        gaps = [
+            *_between("torch", list(places), {minor(cell_release(c)) for c in self.cells}),
+            *_between("CPython", pythons, {c.runtime_python or "?" for c in self.cells}),
+        ]
+        return "; ".join([text, *gaps])
 
     def by_release(self) -> dict[str, str]:
         """Per torch minor: ✅ proven on every runtime of it tested, ❌ on none, else ⚠️ proven/tested."""
@@ -166,6 +164,20 @@ class Claim:
             good = sum(proven(c) for c in mine)
             out[key] = "✅" if good == len(mine) else "❌" if not good else f"⚠️ {good}/{len(mine)}"
         return out
+
+
+def _between(axis: str, proven_values: Sequence[str], tested: set[str]) -> list[str]:
+    """What lies between proven versions of an axis and was not proven there: 'torch 2.12 not tested' (no cell of
+    the build ran on it), 'CPython 3.12 not proven' (cells ran there, none kept its promise)."""
+    gaps = [gap for run in _gaps(proven_values) for gap in run]
+    out = []
+    for names, what in (
+        ([g for g in gaps if g not in tested], NOT_TESTED),
+        ([g for g in gaps if g in tested], "not proven"),
+    ):
+        if names:
+            out.append(f"{axis} {', '.join(names)} {what}")
+    return out
 
 
 def _gaps(keys: Sequence[str]) -> list[list[str]]:

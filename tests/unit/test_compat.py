@@ -92,7 +92,7 @@ def test_a_release_the_run_left_out_is_not_tested_never_spanned() -> None:
     claim = claim_of(run)
     assert (
         claim.line()
-        == "torch 2.10–2.11 (CPython 3.10–3.12, cu130), 2.13–2.15 (CPython 3.10–3.12, cu130); 2.12 not tested"
+        == "torch 2.10–2.11 (CPython 3.10–3.12, cu130), 2.13–2.15 (CPython 3.10–3.12, cu130); torch 2.12 not tested"
     )
     assert "2.12" not in claim.by_release()
     table = markdown(claims(run, ["ext1@", "ext2@"]))  # ext2 ran on 2.12, ext1 did not: its column says so
@@ -108,13 +108,22 @@ def test_a_release_tested_and_never_proven_between_two_proven_ones_is_named() ->
         verdict=Verdict.BROKEN,
     )
     claim = claim_of(run)
-    assert claim.line().endswith("; 2.12, 2.13 not proven")
+    assert claim.line().endswith("; torch 2.12, 2.13 not proven")
     assert {c.runtime_torch.split("+")[0] for c in claim.holes} == {"2.12.1", "2.13.0"}
 
 
 def test_a_python_the_run_did_not_use_is_never_inside_a_span() -> None:
     run = only(synthetic_run(2000), lambda c: not (c.build_id == BUILD and c.runtime_python == "3.11"))
-    assert claim_of(run).line() == "torch 2.10–2.15 (CPython 3.10 and 3.12, cu130)"
+    assert claim_of(run).line() == "torch 2.10–2.15 (CPython 3.10 and 3.12, cu130); CPython 3.11 not tested"
+    broken = changed(
+        synthetic_run(2000),
+        lambda c: c.build_id == BUILD and c.runtime_python == "3.11",
+        status=Status.TEST_FAILED,
+        verdict=Verdict.BROKEN,
+    )
+    claim = claim_of(broken)
+    assert claim.line() == "torch 2.10–2.15 (CPython 3.10 and 3.12, cu130); CPython 3.11 not proven"
+    assert {c.runtime_python for c in claim.holes} == {"3.11"}
 
 
 def test_each_release_names_the_variants_it_ran_as_resolved() -> None:
