@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
+import stat
 from pathlib import Path
 
 from rich.markup import escape
@@ -12,7 +14,7 @@ from harness.cli.args import Command
 from harness.cli.console import annotate, console, emit_json, finish, print_diff, print_grid
 from harness.core.errors import BadInputError, ExitCode
 from harness.core.files import writable_dir, write_atomic
-from harness.results.compat import claims, markdown
+from harness.results.compat import MARK_BEGIN, MARK_END, Claim, claims, document, markdown, splice
 from harness.results.diff import RunDiff, compare, load_run
 from harness.results.model import ReportError, RunResult
 
@@ -38,6 +40,19 @@ def add_compat(command: Command) -> None:
         default=[],
         metavar="SELECTOR",
         help="only builds whose id matches (any part, * ? [...] wildcards); repeatable",
+    )
+    keep = compat.add_mutually_exclusive_group()
+    keep.add_argument(
+        "--update",
+        type=Path,
+        metavar="FILE",
+        help=f"rewrite the table in FILE (a Markdown page), between a {MARK_BEGIN} line and a {MARK_END} line",
+    )
+    keep.add_argument(
+        "--check",
+        type=Path,
+        metavar="FILE",
+        help="exit 1 when the table between FILE's markers differs from what this run says (0: current)",
     )
     compat.set_defaults(handler=cmd_compat)
 
@@ -87,7 +102,51 @@ def against_baseline(baseline: RunResult, run: RunResult, run_dir: Path) -> RunD
     return result
 
 
+def read_page(path: Path) -> str:
+    """The text of a page whose table `compat --update/--check` keeps, checked for its markers before any work."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInputError(f"{path}: cannot read it as a UTF-8 text file ({exc}); name a Markdown page") from None
+    splice(text, [], str(path))  # refuses a page without its two markers
+    return text
+
+
+def keep_page(args: argparse.Namespace, run: RunResult, found: list[Claim], holes: int) -> int:
+    """--update: the page's table rewritten (not when a claim has holes); --check: exit 1 when it is stale."""
+    path: Path = args.update or args.check
+    text = read_page(path)
+    fresh = splice(text, document(run, found), str(path))
+    if fresh == text:
+        console.print(f"{escape(str(path))}: the compatibility table is current")
+        return int(ExitCode.OK)
+    if args.check:
+        for line in difflib.unified_diff(text.splitlines(), fresh.splitlines(), str(path), "this run", lineterm=""):
+            console.print(escape(line), soft_wrap=True, highlight=False)
+        console.print(
+            f"[bold red]{escape(str(path))}: the compatibility table is stale[/]: it differs from run "
+            f"{escape(run.run_id)}; run `python -m harness compat {escape(str(args.report))} --update "
+            f"{escape(str(path))}` (exit 1)",
+            soft_wrap=True,
+        )
+        return int(ExitCode.BROKEN)
+    if holes:
+        console.print(f"[bold red]{escape(str(path))} not updated[/]: a claim with holes is not written")
+        return int(ExitCode.BROKEN)
+    target = path.resolve()  # a page reached through a link is written where it lies, the link kept
+    mode = stat.S_IMODE(target.stat().st_mode)
+    write_atomic(target, fresh)
+    target.chmod(mode)  # as it was (the atomic write's temporary file is private)
+    console.print(f"{escape(str(path))}: the compatibility table updated from run {escape(run.run_id)}")
+    return int(ExitCode.OK)
+
+
 def cmd_compat(args: argparse.Namespace) -> int:
+    page = args.update or args.check
+    if page is not None:
+        read_page(page)  # a page without its markers is bad input, found before the run is read
+    if args.update is not None:
+        writable_dir(args.update.resolve().parent, "--update: the folder of")
     run = load_run(args.report)
     found = claims(run, args.build)
     if not found:
@@ -108,8 +167,8 @@ def cmd_compat(args: argparse.Namespace) -> int:
             )
     if holes:
         console.print(f"[bold red]{holes} hole(s)[/]: the one-line ranges above would hide them (exit 1)")
-        return int(ExitCode.BROKEN)
-    return int(ExitCode.OK)
+    code = keep_page(args, run, found, holes) if page is not None else int(ExitCode.OK)
+    return int(ExitCode.BROKEN) if holes else code
 
 
 def cmd_report(args: argparse.Namespace) -> int:

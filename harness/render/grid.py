@@ -97,11 +97,12 @@ class Grid:
     cells: Mapping[tuple[str, str], CellResult]  # by (build id, runtime id)
 
     @classmethod
-    def of(cls, run: RunResult) -> Grid:
+    def of(cls, run: RunResult, always: Sequence[str] = ()) -> Grid:
         """The run's cells by build (the run's order) and runtime (by release, then Python, then the run's order).
 
         Python and device rows are shown when either differs anywhere in the grid; the variant row only
-        when it tells runtimes of one release apart (the variant each release installs differs anyway)."""
+        when it tells runtimes of one release apart (the variant each release installs differs anyway);
+        the axes in `always` in any case (report.html names every runtime's variant)."""
         cells = {(c.build_id, c.runtime_id): c for c in run.cells}
         built = {build for build, _ in cells}
         rows = tuple(dict.fromkeys([*(b for b in run.build_order if b in built), *(b for b, _ in cells)]))
@@ -119,7 +120,8 @@ class Grid:
         axes = tuple(
             axis
             for axis in AXES
-            if (any(differs(axis, g.columns) for g in groups) if axis == "variant" else differs(axis, columns))
+            if axis in always
+            or (any(differs(axis, g.columns) for g in groups) if axis == "variant" else differs(axis, columns))
         )
         return cls(rows, groups, axes, cells)
 

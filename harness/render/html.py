@@ -14,6 +14,7 @@ import json
 import os
 import shlex
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ import jinja2
 
 from harness.core.files import open_inside, run_relative, write_atomic
 from harness.core.status import Status
+from harness.core.text import natural_key
 from harness.render.grid import Grid
 from harness.render.text import (
     FINDING_MARK,
@@ -34,6 +36,8 @@ from harness.results.known_breaks import STATE_MEANING, outcomes
 from harness.results.model import CellResult, RunResult
 from harness.verdict import Verdict
 
+FIRST = (Verdict.BROKEN, Verdict.FLAKY, Verdict.ERROR)  # what the page opens with, in this order
+FIRST_SHOWN = 200  # rows of that list; the rest are a count (the verdict filter finds them)
 TAIL_BYTES = 6000  # of each log of a cell that did not simply pass
 TAIL_LINES = 40
 LOGS_WITH_TAILS = ("stderr", "stdout", "build")
@@ -116,6 +120,8 @@ def details(run: RunResult, cell: CellResult, run_dir: Path | None) -> dict[str,
         "runtime": cell.runtime_id,
         "torch": cell.runtime_torch,
         "python": cell.runtime_python,
+        "variant": cell.runtime_variant,
+        "device": cell.device,
         "status": cell.status.value,
         "verdict": cell.verdict.value,
         "symbol": VERDICT_SYMBOL[cell.verdict],
@@ -161,6 +167,41 @@ class GridCell:
 
 
 @dataclasses.dataclass(frozen=True)
+class Problem:
+    """A cell the page opens with, above the grid: it broke its promise or errored."""
+
+    index: int  # of its details
+    cell: CellResult
+
+    @property
+    def symbol(self) -> str:
+        return VERDICT_SYMBOL[self.cell.verdict]
+
+    @property
+    def missing(self) -> str:
+        """The symbol the loader named, else those the prediction named (the loader names only the first)."""
+        if self.cell.missing_symbol:
+            return self.cell.missing_symbol
+        prediction = self.cell.prediction
+        return ", ".join(m.name for m in prediction.missing) if prediction else ""
+
+    @property
+    def runtime(self) -> str:
+        """torch with its variant as the matrix resolved it (cpu, cu126...), CPython, device."""
+        cell = self.cell
+        torch = cell.runtime_torch
+        if not torch.endswith(f"+{cell.runtime_variant}"):
+            torch += f" ({cell.runtime_variant})"
+        return f"torch {torch}, CPython {cell.runtime_python or '?'}, device {cell.device}"
+
+
+def problems(cells: Sequence[tuple[int, CellResult]]) -> list[Problem]:
+    """The cells that broke a promise (broken, flaky) or errored, worst first, each by its details' index."""
+    found = [Problem(index, cell) for index, cell in cells if cell.verdict in FIRST]
+    return sorted(found, key=lambda p: (FIRST.index(p.cell.verdict), natural_key(p.cell.id)))
+
+
+@dataclasses.dataclass(frozen=True)
 class GridRow:
     build: str
     extension: str
@@ -182,11 +223,12 @@ def _read_json(run_dir: Path | None, name: str) -> dict[str, Any] | None:
 
 def render(run: RunResult, run_dir: Path | None = None) -> str:
     """The page for a run; run_dir (where results.json lies) adds log tails, diff.json and gate.json."""
-    grid = Grid.of(run)
+    grid = Grid.of(run, always=("variant",))
     columns = grid.columns
     extensions = {c.build_id: c.extension for c in run.cells}
     on_candidate = {c.build_id for c in run.cells if run.candidate and c.build_torch == run.candidate}
     cells: list[dict[str, Any]] = []  # each cell's details, by the index its grid cell carries
+    indexed: list[tuple[int, CellResult]] = []
     rows: list[GridRow] = []
     for row in grid.rows:
         marks: list[GridCell | None] = []
@@ -194,11 +236,15 @@ def render(run: RunResult, run_dir: Path | None = None) -> str:
             found = grid.cells.get((row, column.runtime_id))
             marks.append(None if found is None else GridCell.of(found, len(cells), number))
             if found is not None:
+                indexed.append((len(cells), found))
                 cells.append(details(run, found, run_dir))
         rows.append(GridRow(row, extensions[row], tuple(marks), row in on_candidate))
     counts = run.counts()
     known = outcomes(run.known_breaks, run.cells)
+    first = problems(indexed)
     return page_template("report.html.j2").render(
+        problems=first[:FIRST_SHOWN],
+        problems_left=max(0, len(first) - FIRST_SHOWN),
         run=run,
         headline=headline(run),
         exit_code=int(run.exit_code),

@@ -19,7 +19,7 @@ from harness.verdict import Verdict
 VERDICT_SYMBOL = {
     Verdict.KEPT: "✅",
     Verdict.BROKEN: "❌",
-    Verdict.EXPECTED_FAILURE: "⛔",
+    Verdict.EXPECTED_FAILURE: "➖",  # neutral: the promise said it fails, and it did
     Verdict.UNEXPECTED_PASS: "❕",
     Verdict.SKIPPED: "⏭️",
     Verdict.ERROR: "⚠️",
@@ -142,7 +142,7 @@ def known_breaks_markdown(run: RunResult) -> list[str]:
 
 
 def grid_mark(cell: CellResult) -> str:
-    """A cell in the grid: its verdict's symbol and a word for its status (✅ pass, ⛔ load)."""
+    """A cell in the grid: its verdict's symbol and a word for its status ("pass", "load")."""
     return f"{VERDICT_SYMBOL[cell.verdict]} {STATUS_SHORT[cell.status]}"
 
 

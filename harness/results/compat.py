@@ -1,30 +1,41 @@
 """A compatibility table for an extension's README, from a run's results: where each build is proven to work.
 
-A build is *proven* on a runtime when its cell there passed (kept its promise, or passed where nothing was
-promised); a retry that passed (flaky), a known break, a skip or an error proves nothing. Per build, the
-one-line claim is the smallest box holding every proven runtime: a torch range, a CPython range, and the
-CUDA majors (or CPU) of the torch builds it passed on. A runtime the run tested inside that box where the
-build was not proven is a *hole*: the line would hide it, so the command fails naming it. (Combinations
-inside the box that the run never tested are not checked: the table shows which releases were tested.)
+A build is *proven* on a runtime only when its cell there kept a promise to pass (KEPT): an unexpected pass
+(a cell nothing was promised on, e.g. an unstable C++ extension that happened to load) proves nothing, and
+neither does a retry that passed (flaky), a known break, a skip or an error.
+
+Per build, the one-line claim names exactly what was proven, release by release: each torch minor with the
+CPython versions and variants (cpu, cu128, ... as the run resolved them) its proofs ran on, consecutive
+minors with the same ones joined into a span. A span never covers a torch minor, a CPython or a variant the
+run did not prove: a minor between two proven ones is named "not tested" (no cell of the build ran there)
+or "not proven". A runtime the run tested inside the build's box (its proven torch range, CPython range and
+CUDA majors or CPU) where the build was not proven is a *hole*: the command fails naming it.
+
+`splice` keeps the table current in a documentation file, between MARK_BEGIN and MARK_END.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import itertools
 import re
 from collections.abc import Sequence
+from pathlib import PurePath
 
 from packaging.version import InvalidVersion, Version
 
+from harness.core.errors import BadInputError
 from harness.core.status import Status
 from harness.core.text import natural_key
 from harness.core.versions import release_of
 from harness.results.model import CellResult, RunResult
 from harness.verdict import Verdict
 
-PROVING = frozenset({Verdict.KEPT, Verdict.UNEXPECTED_PASS})
+PROVING = frozenset({Verdict.KEPT})  # a promise to pass, kept: the only evidence a claim may rest on
 CUDA_LABEL = re.compile(r"^cu(\d+?)(\d)$")  # cu128 -> 12, cu130 -> 13
+NOT_TESTED = "not tested"  # a torch minor of the table where the build has no cell
+MARK_BEGIN, MARK_END = "<!-- compat:begin -->", "<!-- compat:end -->"
 
 
 def proven(cell: CellResult) -> bool:
@@ -54,9 +65,45 @@ def _python_key(text: str | None) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", text or ""))
 
 
+def _next(version: str) -> str:
+    """The minor after this one, of the same major: 2.12 -> 2.13, 3.10 -> 3.11."""
+    major, number = _python_key(version)[:2]
+    return f"{major}.{number + 1}"
+
+
+def _runs(values: Sequence[str]) -> list[list[str]]:
+    """Sorted major.minor versions cut where one does not follow the last: [2.10, 2.11, 2.13] -> [[2.10, 2.11],
+    [2.13]]."""
+    out: list[list[str]] = []
+    for value in values:
+        if out and _next(out[-1][-1]) == value:
+            out[-1].append(value)
+        else:
+            out.append([value])
+    return out
+
+
+def _spans(values: Sequence[str]) -> str:
+    """'2.10-2.11 and 2.13' (with an en dash): a span only over versions that follow each other."""
+    return " and ".join(_span(run) for run in _runs(values))
+
+
+def _where(places: frozenset[tuple[str, str]]) -> str:
+    """The (CPython, variant) pairs of one release's proofs: 'CPython 3.10-3.11, cu130' when they are every
+    combination of their Pythons and variants, else each pair ('CPython 3.10 cpu, 3.11 cu130')."""
+    pythons = sorted({p for p, _ in places}, key=_python_key)
+    variants = sorted({v for _, v in places}, key=natural_key)
+    if len(places) == len(pythons) * len(variants):
+        known = [p for p in pythons if p != "?"]  # "?": results that did not record the runtime's Python
+        text = " and ".join([_spans(known)] * bool(known) + ["?"] * (len(known) < len(pythons)))
+        return f"CPython {text}, {'/'.join(variants)}"
+    pairs = sorted(places, key=lambda pv: (_python_key(pv[0]), natural_key(pv[1])))
+    return "CPython " + ", ".join(f"{p} {v}" for p, v in pairs)
+
+
 @dataclasses.dataclass(frozen=True)
 class Claim:
-    """What one build is proven on, as a box, and what the box would hide."""
+    """What one build is proven on, release by release, and what its box would hide."""
 
     build: str
     cells: tuple[CellResult, ...]
@@ -79,21 +126,35 @@ class Claim:
 
     @property
     def holes(self) -> list[CellResult]:
-        """Runtimes tested inside the claimed box where the build was not proven."""
+        """Runtimes tested inside the proven box where the build was not proven."""
         return sorted((c for c in self.cells if not proven(c) and self.inside(c)), key=lambda c: natural_key(c.id))
 
+    def places(self) -> dict[str, frozenset[tuple[str, str]]]:
+        """Per proven torch minor (in order): the (CPython, variant) pairs it was proven on."""
+        found: dict[str, set[tuple[str, str]]] = {}
+        for cell in self.proofs:
+            found.setdefault(minor(cell_release(cell)), set()).add((cell.runtime_python or "?", cell.runtime_variant))
+        return {key: frozenset(found[key]) for key in sorted(found, key=_python_key)}
+
     def line(self) -> str:
-        """'torch 2.10-2.15, CPython 3.10-3.13, CUDA 12/13 or CPU' (with en dashes): the paste-able range."""
-        proofs = self.proofs
-        if not proofs:
+        """'torch 2.10-2.11 (CPython 3.11, cu128/cu130), 2.13 (CPython 3.11, cpu); torch 2.12 not tested' (en dashes):
+        what a README may claim, and no more."""
+        places = self.places()
+        if not places:
             return "proven on no runtime of this run"
-        releases = sorted({minor(cell_release(c)) for c in proofs}, key=_python_key)
-        pythons = sorted({c.runtime_python or "?" for c in proofs}, key=_python_key)
-        kinds = sorted({cuda_of(c) for c in proofs})
-        cuda = [k.removeprefix("CUDA ") for k in kinds if k.startswith("CUDA ")]
-        other = [k for k in kinds if not k.startswith("CUDA ")]
-        builds = ([f"CUDA {'/'.join(cuda)}"] if cuda else []) + other
-        return f"torch {_span(releases)}, CPython {_span(pythons)}, {' or '.join(builds)}"
+        segments: list[tuple[list[str], frozenset[tuple[str, str]]]] = []
+        for key, where in places.items():
+            if segments and segments[-1][1] == where and _next(segments[-1][0][-1]) == key:
+                segments[-1][0].append(key)
+            else:
+                segments.append(([key], where))
+        text = "torch " + ", ".join(f"{_span(keys)} ({_where(where)})" for keys, where in segments)
+        pythons = sorted({p for where in places.values() for p, _ in where if p != "?"}, key=_python_key)
+        gaps = [
+            *_between("torch", list(places), {minor(cell_release(c)) for c in self.cells}),
+            *_between("CPython", pythons, {c.runtime_python or "?" for c in self.cells}),
+        ]
+        return "; ".join([text, *gaps])
 
     def by_release(self) -> dict[str, str]:
         """Per torch minor: ✅ proven on every runtime of it tested, ❌ on none, else ⚠️ proven/tested."""
@@ -103,6 +164,34 @@ class Claim:
             good = sum(proven(c) for c in mine)
             out[key] = "✅" if good == len(mine) else "❌" if not good else f"⚠️ {good}/{len(mine)}"
         return out
+
+
+def _between(axis: str, proven_values: Sequence[str], tested: set[str]) -> list[str]:
+    """What lies between proven versions of an axis and was not proven there: 'torch 2.12 not tested' (no cell of
+    the build ran on it), 'CPython 3.12 not proven' (cells ran there, none kept its promise)."""
+    gaps = [gap for run in _gaps(proven_values) for gap in run]
+    out = []
+    for names, what in (
+        ([g for g in gaps if g not in tested], NOT_TESTED),
+        ([g for g in gaps if g in tested], "not proven"),
+    ):
+        if names:
+            out.append(f"{axis} {', '.join(names)} {what}")
+    return out
+
+
+def _gaps(keys: Sequence[str]) -> list[list[str]]:
+    """The minors missing between sorted major.minor versions of one major: [2.10, 2.13] -> [[2.11, 2.12]]."""
+    out: list[list[str]] = []
+    for low, high in itertools.pairwise(keys):
+        missing: list[str] = []
+        step = _next(low)
+        while _python_key(step) < _python_key(high) and _python_key(step)[0] == _python_key(high)[0]:
+            missing.append(step)
+            step = _next(step)
+        if missing:
+            out.append(missing)
+    return out
 
 
 def _span(values: Sequence[str]) -> str:
@@ -128,6 +217,35 @@ def markdown(found: Sequence[Claim]) -> list[str]:
     ]
     for claim in found:
         marks = claim.by_release()
-        row = [f"`{claim.build}`", *(marks.get(r, "—") for r in releases), claim.line()]
+        row = [f"`{claim.build}`", *(marks.get(r, NOT_TESTED) for r in releases), claim.line()]
         lines.append("| " + " | ".join(row) + " |")
     return lines
+
+
+def document(run: RunResult, found: Sequence[Claim]) -> list[str]:
+    """What `compat --update` writes between the markers: a line on what the marks mean, then the table (its
+    last column is each build's line to paste)."""
+    return [
+        f"Generated by `python -m harness compat --update` from run `{run.run_id}` ({len(run.cells)} cells, "
+        f"matrix `{PurePath(run.matrix).name}`). Proven: the cell kept a promise to pass; an unexpected pass "
+        "proves nothing. ✅ proven on every runtime of that torch minor the run tested, ❌ on none, "
+        f"⚠️ on some (proven/tested); {NOT_TESTED}: no cell of the build ran there.",
+        "",
+        *markdown(found),
+    ]
+
+
+def splice(text: str, block: Sequence[str], source: str) -> str:
+    """text with what lies between its markers replaced by block (the markers' own lines kept). A text without
+    exactly one MARK_BEGIN followed by one MARK_END is refused, naming source and the lines to add."""
+    begins, ends = text.count(MARK_BEGIN), text.count(MARK_END)
+    start, stop = text.find(MARK_BEGIN), text.find(MARK_END)
+    if begins != 1 or ends != 1 or stop < start:
+        found = f"{begins} {MARK_BEGIN!r} and {ends} {MARK_END!r}" + (", the end first" if stop < start else "")
+        raise BadInputError(
+            f"{source}: needs exactly one {MARK_BEGIN} line followed by one {MARK_END} line around the "
+            f"compatibility table (found {found}); add the two lines where the table belongs and run again"
+        )
+    head = text[: start + len(MARK_BEGIN)]
+    tail = text[stop:]
+    return head + "\n" + "".join(f"{line}\n" for line in block) + tail

@@ -165,3 +165,24 @@ def test_a_2000_cell_report_is_interactive_in_under_a_second(page: Page, tmp_pat
     page.select_option("#f-verdict", "broken")
     rows = len({c.build_id for c in run.cells if c.verdict is Verdict.BROKEN})
     assert page.locator("#shown").inner_text() == f"{rows} of {len(run.build_order)} builds shown"
+
+
+def test_what_broke_is_above_the_grid_and_each_entry_opens_its_cell(page: Page, tmp_path: Path) -> None:
+    run = synthetic_run(300)
+    (tmp_path / "results.json").write_text(json.dumps(run.to_json()))
+    subprocess.run([sys.executable, "-m", "harness", "report", str(tmp_path)], check=True, capture_output=True)
+    open_report(page, tmp_path)
+    broke, grid = page.locator("#broke"), page.locator("#grid")
+    above, below = broke.bounding_box(), grid.bounding_box()
+    assert above is not None and below is not None and above["y"] + above["height"] <= below["y"]
+    links = broke.locator("a[data-i]")
+    worst = [c for c in run.cells if c.verdict is Verdict.BROKEN]
+    assert links.count() == sum(c.verdict in (Verdict.BROKEN, Verdict.FLAKY, Verdict.ERROR) for c in run.cells)
+    assert links.first.inner_text().startswith(VERDICT_SYMBOL[Verdict.BROKEN])  # broken first
+    assert page.locator("#details").is_hidden()
+    clicked = links.nth(len(worst)).inner_text().split(" ", 1)[1]  # the first after the broken ones
+    links.nth(len(worst)).click()
+    assert page.locator("#details").is_visible()
+    assert page.locator("#d-title").inner_text().endswith(clicked)
+    variant = page.locator('dd[data-field="runtime"]').inner_text()
+    assert "variant cu130" in variant, variant

@@ -44,10 +44,10 @@ def test_cuda_conditions_from_the_built_wheel(repo: Path, tmp_path: Path) -> Non
     # the toolkit that builds cuda_ops): only what torch ships counts, so CUDA 12 cannot load it, as promised.
     assert (cu128["status"], cu128["verdict"]) == ("LOAD_FAILED", "expected_failure"), cu128
     assert "libcudart.so.13: cannot open shared object file" in cu128["reason"] and cu128["findings"] == []
-    assert "⛔ cuda-major: the build needs a CUDA major the runtime's torch does not ship" in proc.stdout
+    assert "➖ cuda-major: the build needs a CUDA major the runtime's torch does not ship" in proc.stdout
     summary = (seen / "reports" / "latest" / "summary.md").read_text()
     assert f"(expected load_failed [no-cuda]: {NO_CUDA_WHY})" in summary
-    assert "- ⛔ **no-cuda**: the build needs CUDA libraries; the runtime's torch is a build without CUDA" in summary
+    assert "- ➖ **no-cuda**: the build needs CUDA libraries; the runtime's torch is a build without CUDA" in summary
 
     # The same build declared to work across CUDA majors: the CUDA 12 cell is a broken promise; a torch
     # without CUDA is still no promise.

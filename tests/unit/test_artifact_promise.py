@@ -207,7 +207,7 @@ def test_results_and_summary_carry_and_group_the_class(cells: dict[str, Cell], t
     assert [g.name for g in expected_failure_classes(run.cells)] == ["no-cuda", "cuda-major"]
     text = summary_markdown(run)
     assert (
-        "- ⛔ **cuda-major**: the build needs a CUDA major the runtime's torch does not ship "
+        "- ➖ **cuda-major**: the build needs a CUDA major the runtime's torch does not ship "
         "(1 cell(s): needs libcudart.so.13; torch 2.10.0+cu128 ships CUDA 12)"
     ) in text
     assert f"`{none.id}`: **LOAD_FAILED** (expected_failure): OSError: ... (expected load_failed [no-cuda]:" in text

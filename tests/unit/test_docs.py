@@ -11,6 +11,8 @@ from types import ModuleType
 
 import pytest
 
+from harness.cli import main
+
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 
@@ -95,6 +97,19 @@ def test_trimming_a_mutation_json_keeps_what_the_page_shows(tmp_path: Path) -> N
         "cells": [{"verdict": "killed", "logs": "/tmp/y"}] * kept["mutant_cells"] + [{"verdict": "not_applicable"}],
     }
     assert docs_mutation.trim(full, kept["command"], kept["machine"]) == kept
+
+
+def test_the_compatibility_page_is_current_with_its_committed_run(capsys: pytest.CaptureFixture[str]) -> None:
+    """`compat --check` on the page, as a README's CI would run it: 0, and the run is a real one (no machine path)."""
+    docs_compat = tool("docs_compat")
+    assert main(["compat", str(docs_compat.DATA), "--check", str(docs_compat.PAGE)]) == 0, STALE.format(
+        page="docs/results/compatibility.md", command="python tools/docs_compat.py"
+    )
+    assert "the compatibility table is current" in capsys.readouterr().out
+    data = json.loads(docs_compat.DATA.read_text())
+    assert data["matrix"] == "matrix.yaml" and len(data["cells"]) == 99
+    assert all(c["logs"] == {} for c in data["cells"]) and "/work/" not in docs_compat.DATA.read_text()
+    assert docs_compat.trim(data) == data  # trimming a trimmed run changes nothing
 
 
 def readme_lines() -> list[str]:

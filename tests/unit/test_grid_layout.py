@@ -198,7 +198,7 @@ def test_print_grid_honours_columns_and_ends_with_the_legend_of_the_classes_pres
     assert sum(1 for line in out if line.startswith("cp311_only@b2.13.0-t2.10 ")) == len(headers)
     assert re.search(rf"compatibility matrix \(runtimes 1-\d+ of {len(RUNTIMES)}\)", out[headers[0] - 1])
     legend = out[out.index(next(line for line in out if "✅ kept" in line)) + 1 :]
-    named = [m.group(1) for line in legend for m in [re.match(r"\s+⛔ (\S+): ", line)] if m]
+    named = [m.group(1) for line in legend for m in [re.match(r"\s+➖ (\S+): ", line)] if m]
     assert named == ["torch-abi", "python-abi", "no-cuda", "cuda-major"]  # present ones, in Condition's order
     assert "the wheel's tags fit no tag of the runtime's CPython" in "\n".join(legend)
 
@@ -215,7 +215,7 @@ def test_summary_md_has_the_release_row_the_axes_beneath_and_the_classes(run: Ru
     assert rows[rows.index(header) + 3].startswith("| *variant* |")
     assert rows[rows.index(header) + 4].startswith("| *device* |")
     for condition in ("torch-abi", "python-abi", "no-cuda", "cuda-major"):
-        assert f"- ⛔ **{condition}**: " in text
+        assert f"- ➖ **{condition}**: " in text
     assert "**unstable**" not in text and "**control**" not in text
 
 

@@ -7,9 +7,14 @@ import json
 import re
 from html.parser import HTMLParser
 from pathlib import Path
+from urllib.parse import quote
 
+import pytest
 from synthetic import synthetic_run
 
+from harness.core.status import Status
+from harness.render import html as report_html
+from harness.render.grid import Grid
 from harness.render.html import TAIL_BYTES, render, tail, write_html
 from harness.render.report import write_report
 from harness.render.text import VERDICT_SYMBOL
@@ -176,3 +181,127 @@ def test_a_cells_log_is_linked_only_by_a_plain_path_inside_the_run_directory(tmp
     shown = json.loads(Page(render(dataclasses.replace(run, cells=cells))).data)[0]
     assert shown["logs"] == dict(sorted(logs.items()))  # every file is still named
     assert shown["links"] == {"build": logs["build"], "stdout": logs["stdout"]}
+
+
+class Problems(HTMLParser):
+    """The list the page opens with (section#broke): per row, the link's target and index, and each column's text."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.rows: list[dict[str, str]] = []
+        self.heading = ""
+        self._section = self._heading = False
+        self._column = -1
+        self.feed(text)
+        self.rows = [{k: v.strip() for k, v in row.items()} for row in self.rows]
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = {k: v or "" for k, v in attrs}
+        if tag == "section":
+            self._section = found.get("id") == "broke"
+        elif self._section and tag == "h2":
+            self._heading = True
+        elif self._section and tag == "tr" and "data-verdict" in found:
+            self.rows.append({"verdict": found["data-verdict"]})
+            self._column = -1
+        elif self._section and tag == "td" and self.rows:
+            self._column += 1
+        elif self._section and tag == "a" and self.rows:
+            self.rows[-1] |= {"href": found["href"], "i": found["data-i"]}
+
+    def handle_endtag(self, tag: str) -> None:
+        self._section = self._section and tag != "section"
+        self._heading = self._heading and tag != "h2"
+
+    def handle_data(self, data: str) -> None:
+        if self._heading:
+            self.heading += data
+        elif self._section and self.rows and self._column >= 0:
+            name = ("cell", "status", "reason", "missing", "runtime")[self._column]
+            self.rows[-1][name] = self.rows[-1].get(name, "") + data
+
+
+def test_the_page_opens_with_what_broke_or_errored_worst_first(tmp_path: Path) -> None:
+    """Above the grid: every broken, flaky and errored cell (broken first), with its reason, the symbol the loader
+    named (else the predicted ones) and its runtime's variant; each row opens that cell's details."""
+    run = synthetic_run(300)
+    load = next(c for c in run.cells if c.verdict is Verdict.KEPT and c.runtime_python == "3.11")
+    flaky = next(c for c in run.cells if c.verdict is Verdict.KEPT and c.id > load.id)
+    guessed = next(c for c in run.cells if c.prediction and c.prediction.missing)  # the loader's word lost
+    changed = {
+        guessed.id: dataclasses.replace(guessed, verdict=Verdict.BROKEN, missing_symbol=None),
+        load.id: dataclasses.replace(
+            load,
+            status=Status.LOAD_FAILED,
+            verdict=Verdict.BROKEN,
+            reason="undefined symbol: torch_new_shim",
+            missing_symbol="torch_new_shim",
+            runtime_variant="cu126",
+        ),
+        flaky.id: dataclasses.replace(flaky, verdict=Verdict.FLAKY, reason="1 failed, then passed"),
+    }
+    run = dataclasses.replace(run, cells=tuple(changed.get(c.id, c) for c in run.cells))
+    text = render(run)
+    assert text.index('id="broke"') < text.index('id="grid"') < text.index('id="known-breaks"')
+    problems = Problems(text)
+    wanted = [c for c in run.cells if c.verdict in (Verdict.BROKEN, Verdict.FLAKY, Verdict.ERROR)]
+    assert problems.heading == f"What broke or errored ({len(wanted)} cell(s))"
+    order = [Verdict.BROKEN.value, Verdict.FLAKY.value, Verdict.ERROR.value]
+    verdicts = [row["verdict"] for row in problems.rows]
+    assert sorted(verdicts, key=order.index) == verdicts and len(verdicts) == len(wanted)
+    details = json.loads(Page(text).data)
+    by_id = {c.id: c for c in wanted}
+    for row in problems.rows:
+        cell = by_id[details[int(row["i"])]["id"]]
+        assert row["href"] == f"#cell={quote(cell.id)}" and row["cell"].endswith(cell.id)
+        assert row["reason"] == cell.reason and row["status"].startswith(cell.status.value)
+    (shown,) = [row for row in problems.rows if row["cell"].endswith(load.id)]
+    assert shown["missing"] == "torch_new_shim"
+    assert shown["runtime"] == f"torch {load.runtime_torch} (cu126), CPython 3.11, device {load.device}"
+    (predicted,) = [row for row in problems.rows if row["cell"].endswith(guessed.id)]
+    assert guessed.prediction is not None
+    assert predicted["missing"] == ", ".join(m.name for m in guessed.prediction.missing) != ""
+
+
+def test_a_long_list_is_cut_and_a_clean_run_says_nothing_broke(monkeypatch: pytest.MonkeyPatch) -> None:
+    run = synthetic_run(300)
+    wanted = sum(c.verdict in (Verdict.BROKEN, Verdict.FLAKY, Verdict.ERROR) for c in run.cells)
+    monkeypatch.setattr(report_html, "FIRST_SHOWN", 2)
+    text = render(run)
+    assert len(Problems(text).rows) == 2 and f"and {wanted - 2} more: the verdict filter" in text
+    clean = dataclasses.replace(
+        run, cells=tuple(c for c in run.cells if c.verdict not in (Verdict.BROKEN, Verdict.FLAKY, Verdict.ERROR))
+    )
+    problems = Problems(render(clean))
+    assert problems.heading == "Nothing broke or errored" and problems.rows == []
+
+
+def test_an_expected_failure_wears_a_neutral_sign_not_a_red_one() -> None:
+    symbol = VERDICT_SYMBOL[Verdict.EXPECTED_FAILURE]
+    assert symbol not in {VERDICT_SYMBOL[Verdict.BROKEN], "⛔", "🚫", "🛑", "🔴", "❗", "❌", "⚠️"}
+    page = Page(render(synthetic_run(300)))
+    expected = [c for c in page.cells if "v-expected_failure" in c["class"].split()]
+    assert expected and all(c["text"].startswith(f"{symbol} ") for c in expected)
+
+
+def test_the_page_names_every_runtimes_variant_even_where_summary_md_leaves_it_out() -> None:
+    """summary.md shows the variant row only where it tells one release's runtimes apart; the page always does."""
+    run = synthetic_run(300)
+    run = dataclasses.replace(
+        run,
+        cells=tuple(
+            dataclasses.replace(c, runtime_variant="cpu", runtime_torch=c.runtime_torch.replace("cu130", "cpu"))
+            if c.runtime_torch.startswith("2.13")
+            else c
+            for c in run.cells
+        ),
+    )
+    assert "variant" not in Grid.of(run).axes
+    text = render(run)
+    row = re.search(r'<tr><th class="corner build">variant</th>(.*?)</tr>', text)
+    assert row is not None
+    labels = re.findall(r"<th [^>]*>([^<]*)</th>", row.group(1))
+    columns = Grid.of(run, always=("variant",)).columns
+    assert labels == [f"+{c.variant}" for c in columns] and {"+cpu", "+cu130"} <= set(labels)
+    details = json.loads(Page(text).data)
+    assert {(d["torch"].split("+")[1], d["variant"]) for d in details} == {("cpu", "cpu"), ("cu130", "cu130")}
