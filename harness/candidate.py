@@ -28,6 +28,8 @@ from harness.core.versions import ApiLevel, parse_release
 from harness.probe_extension import load_probe, probe_targets, with_header_probe, write_probe
 from harness.provision.envs import EnvManager, EnvSpec
 from harness.provision.sources import resolve_sources
+from harness.static.audit import DEVICES_WITHOUT_EXPORTS
+from harness.static.manifest import packaged_manifest
 from harness.static.visibility import (
     OLDEST_TARGET,
     Visibility,
@@ -100,9 +102,20 @@ def add_header_probe(matrix: Matrix, release: Version, probes: Path) -> Matrix:
         )
         return matrix
     headers, visibility = found
-    targets = probe_targets(visibility, oldest_served(matrix))
+    targets = probe_targets(visibility, oldest_served(matrix), other_platforms(str(release), visibility.names()))
     extension = load_probe(write_probe(probes, str(release), headers, targets))
     return with_header_probe(matrix, release, extension, [t.target for t in targets])
+
+
+def other_platforms(release: str, names: list[str]) -> frozenset[str]:
+    """The declarations the manifest records for a device no Linux wheel exports (mps, xpu) in that release."""
+    manifest = packaged_manifest()
+    found = set()
+    for name in names:
+        declaration = manifest[name].declaration_in(release) if name in manifest else None
+        if declaration is not None and declaration["device"] in DEVICES_WITHOUT_EXPORTS:
+            found.add(name)
+    return frozenset(found)
 
 
 def oldest_served(matrix: Matrix) -> ApiLevel:

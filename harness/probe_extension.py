@@ -23,6 +23,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -52,10 +53,27 @@ class ProbeTarget:
     names: tuple[str, ...]
 
 
-def probe_targets(visibility: Visibility, oldest: ApiLevel = OLDEST_TARGET) -> tuple[ProbeTarget, ...]:
-    """Each target of the headers from oldest up, with the functions visible there without USE_CUDA."""
+# Shims for devices no Linux wheel exports (Apple's MPS, Intel's XPU): declared for every platform, resolvable
+# on none of ours. The audit leaves them out for the same reason (harness.static.audit.DEVICES_WITHOUT_EXPORTS).
+OTHER_PLATFORMS = re.compile(r"^aoti_torch_(?:mps|xpu)_")
+
+
+def probe_targets(
+    visibility: Visibility, oldest: ApiLevel = OLDEST_TARGET, elsewhere: frozenset[str] = frozenset()
+) -> tuple[ProbeTarget, ...]:
+    """Each target of the headers from oldest up, with the functions visible there without USE_CUDA, less the
+    shims of other platforms' devices (by name, and those in elsewhere: the manifest's mps/xpu declarations)."""
     return tuple(
-        ProbeTarget(t, tuple(sorted(n for n in visibility.names() if _cpu_visible(visibility, n, t))))
+        ProbeTarget(
+            t,
+            tuple(
+                sorted(
+                    n
+                    for n in visibility.names()
+                    if _cpu_visible(visibility, n, t) and n not in elsewhere and not OTHER_PLATFORMS.match(n)
+                )
+            ),
+        )
         for t in visibility.targets
         if t >= oldest
     )

@@ -216,7 +216,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise BadInputError(f"--replay-from {args.replay_from!r}: not a release such as 2.10.0") from exc
     args.candidate = None
-    plain = selected_plan(args).matrix
+    plain = load_matrix_with_overrides(args)  # the selectors are checked against each candidate's plan
     pairs = replay_pairs([r.torch for r in plain.runtimes], first)
     if not pairs:
         raise BadInputError(f"no runtime of {plain.path.name} from {first} on has an older one to compare with")

@@ -10,6 +10,7 @@ from typing import ClassVar
 from harness.core.errors import ExitCode
 from harness.core.status import CONDITION_MEANING, Condition, Status
 from harness.core.text import md_code, md_text, natural_key
+from harness.probe_extension import HEADER_PROBE, is_header_probe
 from harness.render.grid import NOT_RUN, NOT_RUN_MEANING, Grid
 from harness.results.cases import DocDifference
 from harness.results.known_breaks import outcomes
@@ -87,6 +88,7 @@ def summary_markdown(run: RunResult) -> str:
             lines.append(f"- {VERDICT_SYMBOL[Verdict.EXPECTED_FAILURE]} {group.markdown()}")
         lines.append("")
     lines += known_breaks_markdown(run)
+    lines += header_probe_markdown(run)
     findings = [c for c in sorted(run.cells, key=lambda c: natural_key(c.id)) if c.findings]
     predicted = sum(1 for c in run.cells if c.prediction is not None)
     verdict_line = f"{len(findings)} have findings:" if findings else "every prediction matched the outcome."
@@ -129,6 +131,24 @@ def headline(run: RunResult) -> str:
         ExitCode.BROKEN: "a promise was broken",
         ExitCode.INFRASTRUCTURE: "the run had infrastructure errors",
     }[run.exit_code]
+
+
+def header_probe_markdown(run: RunResult) -> list[str]:
+    """The header probe's cells, classed apart: they test the candidate's headers, not an extension."""
+    probes = [c for c in run.cells if is_header_probe(c.extension)]
+    if not probes:
+        return []
+    failing = sorted((c for c in probes if c.verdict in (Verdict.BROKEN, Verdict.KNOWN_BREAK)), key=lambda c: c.id)
+    lines = [
+        "## Header probe",
+        "",
+        f"`{HEADER_PROBE}` is generated from torch {md_text(run.candidate or '?')}'s public stable headers: at each "
+        f"target it references every declaration they show there. {len(probes)} cell(s), {len(failing)} failing "
+        "to load (the headers show a declaration that release does not export):",
+        "",
+    ]
+    lines += [f"- `{c.id}`: missing {md_text(', '.join(c.missing_names) or c.reason)}" for c in failing]
+    return [*lines, ""]
 
 
 def known_breaks_markdown(run: RunResult) -> list[str]:

@@ -8,6 +8,7 @@ from pathlib import Path
 from packaging.version import Version
 from test_report import BROKEN, KEPT, run_of
 
+from harness.candidate import other_platforms
 from harness.cli.gate import ReplayRow, replay_markdown, replay_pairs
 from harness.config import KnownBreak
 from harness.core.status import Status
@@ -176,3 +177,12 @@ def test_replay_takes_each_release_against_the_one_before_it() -> None:
     )
     text = replay_markdown([row], 60.0)
     assert "| 2.12.1 | 2.11.0 | **NO-GO** | 1 / 0 / 0 | 1 of 1 | 0 | 0 | 0 | a &lt;b&gt; |" in text
+
+
+def test_the_probe_leaves_out_the_shims_of_devices_no_linux_wheel_exports() -> None:
+    visibility = packaged_visibility()["2.15.0"]  # its headers declare aoti_torch_mps_* at every target from 2.13
+    elsewhere = other_platforms("2.15.0", visibility.names())
+    assert "aoti_torch_mps_copy_buffer" in elsewhere
+    names = {n for t in probe_targets(visibility, elsewhere=elsewhere) for n in t.names}
+    assert not {n for n in names if n.startswith(("aoti_torch_mps_", "aoti_torch_xpu_"))}
+    assert "aoti_torch_device_type_mps" in names  # a CPU function that names the device: every release exports it
