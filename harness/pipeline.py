@@ -82,17 +82,20 @@ class Pipeline:
         processes.REGISTRY.reset()
         cells = self.execution_order()
         self.backend.begin_run(cells)
-        prepared = self.preparer.prepare()
-        run_id, run_dir = new_run_dir(self.options.reports_dir)
-        builds = {build: with_build_log(run_dir, result) for build, result in prepared.builds.items()}
-        prepared = dataclasses.replace(prepared, builds=builds)
-        artifacts = read_artifacts(builds)
-        predictions = self.predict_cells(prepared.handles, artifacts)
-        promises = self.promises(prepared.handles, artifacts)
-        runner = CellRunner(self.plan, self.options, self.backend, self.preparer, prepared, run_dir)
-        timeouts = timeouts_text(cells, self.options, self.plan.matrix)
-        self.observer.stage("run", f"{len(cells)} cell(s), {self.options.jobs} at a time, {timeouts}")
-        results, interrupted = self.run_cells(runner, cells, predictions, promises)
+        try:  # the envs are held from the moment they are ensured until the last cell has ended
+            prepared = self.preparer.prepare()
+            run_id, run_dir = new_run_dir(self.options.reports_dir)
+            builds = {build: with_build_log(run_dir, result) for build, result in prepared.builds.items()}
+            prepared = dataclasses.replace(prepared, builds=builds)
+            artifacts = read_artifacts(builds)
+            predictions = self.predict_cells(prepared.handles, artifacts)
+            promises = self.promises(prepared.handles, artifacts)
+            runner = CellRunner(self.plan, self.options, self.backend, self.preparer, prepared, run_dir)
+            timeouts = timeouts_text(cells, self.options, self.plan.matrix)
+            self.observer.stage("run", f"{len(cells)} cell(s), {self.options.jobs} at a time, {timeouts}")
+            results, interrupted = self.run_cells(runner, cells, predictions, promises)
+        finally:
+            self.preparer.release()
         in_plan_order = tuple(results[c.id] for c in self.plan.cells)
         return self._report(run_id, run_dir, started, in_plan_order, interrupted), run_dir
 
