@@ -84,25 +84,32 @@ class Pipeline:
         processes.REGISTRY.reset()
         cells = self.execution_order()
         self.backend.begin_run(cells)
-        prepared = self.preparer.prepare()
-        run_id, run_dir = new_run_dir(self.options.reports_dir)
-        builds = {build: with_build_log(run_dir, result) for build, result in prepared.builds.items()}
-        prepared = dataclasses.replace(prepared, builds=builds)
-        artifacts = read_artifacts(builds)
+        try:  # the envs are held from the moment they are ensured until the last cell has ended
+            prepared = self.preparer.prepare()
+            run_id, run_dir = new_run_dir(self.options.reports_dir)
+            builds = {build: with_build_log(run_dir, result) for build, result in prepared.builds.items()}
+            prepared = dataclasses.replace(prepared, builds=builds)
+            artifacts = read_artifacts(builds)
+            self.record_builds(builds, artifacts)
+            predictions = self.predict_cells(prepared.handles, artifacts)
+            promises = self.promises(prepared.handles, artifacts)
+            runner = CellRunner(self.plan, self.options, self.backend, self.preparer, prepared, run_dir)
+            timeouts = timeouts_text(cells, self.options, self.plan.matrix)
+            self.observer.stage("run", f"{len(cells)} cell(s), {self.options.jobs} at a time, {timeouts}")
+            results, interrupted = self.run_cells(runner, cells, predictions, promises)
+        finally:
+            self.preparer.release()
+        in_plan_order = tuple(results[c.id] for c in self.plan.cells)
+        return self._report(run_id, run_dir, started, in_plan_order, interrupted), run_dir
+
+    def record_builds(self, builds: dict[Build, BuildResult], artifacts: Artifacts) -> None:
+        """What the gate reads of the builds: per extension, the time they took and the ops they call."""
         for build, result in builds.items():
             seconds = 0.0 if result.cached else result.seconds
             self.build_seconds[build.extension.name] = self.build_seconds.get(build.extension.name, 0.0) + seconds
         for build, (imports, _facts) in artifacts.items():
             name = build.extension.name
             self.op_calls[name] = self.op_calls.get(name, frozenset()) | frozenset(imports.calls)
-        predictions = self.predict_cells(prepared.handles, artifacts)
-        promises = self.promises(prepared.handles, artifacts)
-        runner = CellRunner(self.plan, self.options, self.backend, self.preparer, prepared, run_dir)
-        timeouts = timeouts_text(cells, self.options, self.plan.matrix)
-        self.observer.stage("run", f"{len(cells)} cell(s), {self.options.jobs} at a time, {timeouts}")
-        results, interrupted = self.run_cells(runner, cells, predictions, promises)
-        in_plan_order = tuple(results[c.id] for c in self.plan.cells)
-        return self._report(run_id, run_dir, started, in_plan_order, interrupted), run_dir
 
     def run_cells(
         self,

@@ -50,7 +50,8 @@ class Prepared:
 
 
 class Preparer:
-    """Makes (or finds in the cache) what the plan's cells need, and checks it again after a cell fails."""
+    """Makes (or finds in the cache) what the plan's cells need, and checks it again after a cell fails.
+    The envs it ensured stay held (no other run rebuilds them) until release()."""
 
     def __init__(self, plan: Plan, cache_dir: Path, jobs: int, observer: Observer, backend: Executor) -> None:
         self.plan = plan
@@ -69,6 +70,10 @@ class Preparer:
         self.observer.stage("backend", f"{self.backend.name}: preparing {len(runtimes)} runtime(s)")
         handles = self.backend.prepare({runtime: envs.get(env_spec(runtime)) for runtime in runtimes})
         return Prepared(handles, self.build_all(envs), overlays)
+
+    def release(self) -> None:
+        """The run's cells have ended: its envs may be repaired by other runs again."""
+        self.envs.release()
 
     def provision(self) -> dict[EnvSpec, Env]:
         runtimes = [r for r in self.plan.needed_runtimes if self.backend.needs_env(r)]

@@ -157,6 +157,26 @@ def processes_mentioning(marker: str) -> list[str]:
     return found
 
 
+def _argv(pid: int | str) -> list[bytes]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return []
+
+
+def forkservers(marker: str) -> list[int]:
+    """The forkservers of a run: python processes running the server whose parent is not one (a forked
+    cell has the same command line as its server, the run dir in it)."""
+    found = []
+    for line in processes_mentioning(marker):
+        pid = int(line.split(":")[0])
+        if any(b"harness_forkserver.main()" in arg for arg in _argv(pid)[1:3]):
+            parent = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]
+            if not any(b"harness_forkserver.main()" in arg for arg in _argv(parent)[1:3]):
+                found.append(pid)
+    return found
+
+
 def observed(result: subprocess.CompletedProcess[str], cell: dict[str, Any] | None = None) -> str:
     """What a run showed, for the table: its exit code and the cell's status, verdict and reason."""
     text = f"exit {result.returncode}"

@@ -10,6 +10,12 @@ give, it does not pretend to: a `device: cuda` runtime keeps fresh processes (CU
 initialised before a fork), and a runtime whose server does not start runs its cells fresh, said
 once in the log. A server that dies under a running cell makes that cell ERROR.
 
+Every wait on a server is bounded. A server reports a cell's end within `ANSWER_SECONDS` of the
+cell's process ending (seen through a pidfd, not through the server) or of the harness killing it
+after its timeout; one that does not (stopped, wedged) is unresponsive: it is killed, the cell is
+ERROR "forkserver unresponsive" (the harness failed, not the extension), and the runtime's later
+cells are forked from a new server.
+
 The server itself runs in the sandbox with the harness cache, uv's cache, the probe and the run's
 reports read-only and nothing writable, keeping the capabilities it needs to sandbox each child.
 """
@@ -41,6 +47,7 @@ from harness.plan import Cell, Runtime
 log = logging.getLogger(__name__)
 
 READY_TIMEOUT = 300.0  # seconds for a server to import torch and pytest
+ANSWER_SECONDS = 10.0  # seconds for a server to report a cell whose process has ended or was killed
 SERVER = "import harness_forkserver; harness_forkserver.main()"
 
 
@@ -49,7 +56,10 @@ class ServerGone(Exception):
 
 
 class ForkedCell:
-    """A cell forked by a server: its pid arrives first on the reply socket, its exit status last."""
+    """A cell forked by a server: its pid arrives first on the reply socket, its exit status last.
+
+    The cell's process is watched through a pidfd as well: once it has ended (or been killed), the server
+    has `ANSWER_SECONDS` to report it, else it is taken for unresponsive (`wait` raises CellDecided)."""
 
     kind = "forkserver"
 
@@ -60,13 +70,35 @@ class ForkedCell:
         self.pid: int | None = None
         self.code: int | None = None
         self.ended = False  # the reply socket closed: the server sent all it will
+        self.answer_by: float | None = None  # the cell's process is over: the server must report it by then
+        self._pidfd: int | None = None
         self._pending = b""
 
+    def _watch(self, pid: int) -> None:
+        self.pid = pid
+        try:
+            self._pidfd = os.pidfd_open(pid)
+        except ProcessLookupError:  # already ended and reaped: its status is on its way
+            self._expect_answer()
+        except OSError as exc:  # a kernel without pidfds: the server's answer is bounded only after a kill
+            log.debug("no pidfd for cell process %d: %s", pid, exc)
+
+    def _expect_answer(self) -> None:
+        if self.answer_by is None:
+            self.answer_by = time.monotonic() + ANSWER_SECONDS
+
     def _read(self, timeout: float | None) -> bool:
-        """Read what the server said within timeout; False if nothing came."""
-        ready, _, _ = select.select([self.reply], [], [], timeout)
+        """Read what the server said, or see the cell's process end, within timeout; False if neither."""
+        watched = [self.reply] + ([self._pidfd] if self._pidfd is not None else [])
+        ready, _, _ = select.select(watched, [], [], timeout)
         if not ready:
             return False
+        if self._pidfd is not None and self._pidfd in ready:
+            os.close(self._pidfd)
+            self._pidfd = None
+            self._expect_answer()
+        if self.reply not in ready:
+            return True
         data = self.reply.recv(4096)
         if not data:
             self.ended = True
@@ -76,7 +108,7 @@ class ForkedCell:
         for line in lines:
             message = json.loads(line)
             if "pid" in message:
-                self.pid = int(message["pid"])
+                self._watch(int(message["pid"]))
             if "status" in message:
                 self.code = int(message["status"])
         return True
@@ -86,8 +118,12 @@ class ForkedCell:
         while self.code is None:
             if self.ended:
                 raise CellDecided(Status.ERROR, f"the forkserver of {self.server.label} ended while this cell ran")
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not self._read(remaining) and deadline is not None:
+            now = time.monotonic()
+            if self.answer_by is not None and now >= self.answer_by:
+                raise CellDecided(Status.ERROR, self.server.unresponsive(self.pid))
+            bounds = [b for b in (deadline, self.answer_by) if b is not None]
+            remaining = max(0.0, min(bounds) - now) if bounds else None
+            if not self._read(remaining) and deadline is not None and time.monotonic() >= deadline:
                 return None
         return self.server.box_returncode(self.code)
 
@@ -97,10 +133,14 @@ class ForkedCell:
                 break
         if self.pid is not None:
             processes.terminate_groups([self.pid], grace)
+        self._expect_answer()  # killed (or never forked): the server has this long to say so
 
     def close(self, stdout: CappedLog, stderr: CappedLog) -> None:
         if self.pid is not None:
             processes.kill_group(self.pid, signal.SIGKILL)  # what a test left in the cell's group
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
         self.reply.close()
         for pump in self.pumps:
             pump.finish()
@@ -125,6 +165,18 @@ class Server:
         self.output = output  # what the server itself printed (nothing, unless it failed)
         self.log_path = log_path
         self._lock = threading.Lock()
+        control.settimeout(ANSWER_SECONDS)  # a server that stopped reading cannot block a cell's start
+
+    def unresponsive(self, pid: int | None) -> str:
+        """The server did not report a cell in time: kill it (its backend forks later cells from a new one)
+        and say why, as the cell's reason."""
+        cell = f"cell process {pid}" if pid is not None else "cell (never forked)"
+        reason = (
+            f"forkserver unresponsive: the forkserver of {self.label} (pid {self.proc.pid}) did not report its "
+            f"{cell} within {ANSWER_SECONDS:.0f} s of its end; killed, later cells fork from a new one"
+        )
+        self.backend.retire(self, reason)
+        return reason
 
     @classmethod
     def start(cls, request: CellRequest, backend: ForkserverBackend, log_path: Path) -> Server:
@@ -200,6 +252,10 @@ class Server:
             os.close(err_w)
         pumps = [LogPump(os.fdopen(out_r, "rb"), stdout), LogPump(os.fdopen(err_r, "rb"), stderr)]
         return ForkedCell(reply, pumps, self)
+
+    def kill(self) -> None:
+        """End it now, whatever state it is in (SIGKILL reaches a stopped process); its cells die with it."""
+        processes.kill_group(self.proc.pid, signal.SIGKILL)
 
     def stop(self) -> None:
         """End of file on its socket ends it and whatever cells it still has; then its whole sandbox goes."""
@@ -305,6 +361,17 @@ class ForkserverBackend(VenvBackend):
                 server = self._servers.pop(request.cell.runtime, None) if left <= 0 else None
             if server is not None:
                 server.stop()  # its runtime's last cell is done
+
+    def retire(self, server: Server, reason: str) -> None:
+        """An unresponsive server: kill it and forget it, so that the next cell of its runtime starts a new one."""
+        log.warning("%s", reason)
+        with self._guard:
+            runtimes = [r for r, s in self._servers.items() if s is server]
+            for runtime in runtimes:
+                del self._servers[runtime]
+        server.kill()
+        if runtimes:  # else whoever took it from _servers (the run's end, another of its cells) stops it
+            server.stop()
 
     def stop_all(self) -> None:
         super().stop_all()

@@ -286,6 +286,7 @@ def mutate(
         cells += finished
     finally:
         backend.end_run()
+        preparer.release()
     order = {m.id: i for i, m in enumerate(catalogue.mutants)}
     cells.sort(key=lambda c: (order[c.mutant or ""], c.cell))
     return MutationRun(

@@ -2,6 +2,11 @@
 
 Verified means every installed file is still what its distribution's RECORD says (harness.provision.integrity):
 a damaged env is named and rebuilt, never handed to a cell whose failure it would then explain.
+
+Envs are shared between runs, so a run that uses one holds it: a shared lock (`flock LOCK_SH` on
+`<key>.use`) from `ensure` until `release`. Removing an env (to repair it, or to replace a stale one)
+takes that lock exclusively, waiting at most `USE_WAIT_SECONDS` for the runs using it to end: an env
+is never rebuilt under a live cell.
 """
 
 from __future__ import annotations
@@ -16,9 +21,12 @@ import logging
 import os
 import re
 import shutil
+import threading
 import time
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import IO
 
 import platformdirs
 from packaging.version import Version
@@ -32,6 +40,7 @@ log = logging.getLogger(__name__)
 
 ENV_FORMAT = 1
 MARKER = "harness-env.json"
+USE_WAIT_SECONDS = 1800.0  # how long a repair waits for the runs using an env to end
 
 
 def default_cache_dir() -> Path:
@@ -115,10 +124,14 @@ def _read_torch_version_file(env_path: Path) -> tuple[str, str | None]:
 
 
 class EnvManager:
-    def __init__(self, root: Path, sources: ResolvedSources) -> None:
+    def __init__(self, root: Path, sources: ResolvedSources, use_wait: float = USE_WAIT_SECONDS) -> None:
         self.root = root / "envs"
         self.sources = sources
         self.uv = uv_binary()
+        self.use_wait = use_wait
+        self._held: dict[Path, IO[str]] = {}  # env path -> its use lock, held shared until release()
+        self._holding = threading.Lock()
+        weakref.finalize(self, _close_all, self._held)  # a manager dropped without release() lets go as well
 
     def path(self, spec: EnvSpec) -> Path:
         return self.root / spec.key
@@ -210,23 +223,69 @@ class EnvManager:
         return f"  - {spec.requirement} (python {spec.python}): {reason}"
 
     def ensure(self, spec: EnvSpec) -> Env:
-        """The env for spec, made if missing or broken. Safe when several runs ask at once."""
+        """The env for spec, made if missing or broken, and held (shared) until release(). Safe when several
+        runs ask at once; a repair waits for the runs using the env to end."""
         self.root.mkdir(parents=True, exist_ok=True)
         with locked(self.root / f"{spec.key}.lock"):
-            env = self._marked(spec)
-            if env is None:
+            env = self._make(spec)
+            self._hold(spec)  # at once: only a maker, under the lock held here, takes it exclusively
+            return env
+
+    def release(self) -> None:
+        """This manager's runs no longer use their envs: others may repair them."""
+        with self._holding:
+            _close_all(self._held)
+
+    def _make(self, spec: EnvSpec) -> Env:
+        env = self._marked(spec)
+        if env is None:
+            if not self.path(spec).exists():
                 return self._create(spec)
-            damage = self._damage(env)
-            if not damage:
-                log.debug("reusing %s", env.path)
-                return env
-            what = integrity.describe(damage)
+            with self._sole_use(spec, "it is incomplete or stale"):
+                return self._create(spec)
+        damage = self._damage(env)
+        if not damage:
+            log.debug("reusing %s", env.path)
+            return env
+        what = integrity.describe(damage)
+        with self._sole_use(spec, f"it is damaged: {what}"):
             log.warning("%s is damaged: %s; rebuilding it", env.path, what)
             shutil.rmtree(env.path)
             # Written in place, the file is damaged wherever it is hardlinked, uv's cache included:
             # a rebuild from that cache would link the same damage again.
             self._forget(d.distribution for d in damage if d.shared and d.distribution)
             return dataclasses.replace(self._create(spec), repaired=what)
+
+    def _use_lock(self, spec: EnvSpec) -> Path:
+        return self.root / f"{spec.key}.use"
+
+    def _hold(self, spec: EnvSpec) -> None:
+        import fcntl  # POSIX only, as in locked()
+
+        with self._holding:
+            if self.path(spec) in self._held:
+                return
+            handle = open(self._use_lock(spec), "a+")  # closed by release()
+            try:
+                fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:  # a maker holds it, which it may only do under the make lock we hold
+                handle.close()
+                raise InfrastructureError(
+                    f"{self._use_lock(spec)} is held exclusively by a process outside the harness's make lock; "
+                    "nothing should take it: stop that process and run again"
+                ) from None
+            self._held[self.path(spec)] = handle
+
+    @contextlib.contextmanager
+    def _sole_use(self, spec: EnvSpec, why: str) -> Iterator[None]:
+        """The env's use lock, exclusively: no run uses the env while the block removes or rebuilds it."""
+        path = self._use_lock(spec)
+        if self.path(spec) in self._held:
+            raise InfrastructureError(
+                f"{self.path(spec)} must be rebuilt ({why}) but this run already uses it: run again to rebuild it"
+            )
+        with locked(path, self.use_wait, f"{self.path(spec).name} must be rebuilt ({why}); another run uses it"):
+            yield
 
     def _forget(self, distributions: Iterable[str]) -> None:
         """Remove distributions from uv's cache (waits for other uv processes using it)."""
@@ -327,19 +386,33 @@ class EnvManager:
         return damage, fingerprint
 
 
+def _close_all(held: dict[Path, IO[str]]) -> None:
+    """Close every use lock in held (closing the file drops its flock) and forget them."""
+    for handle in held.values():
+        handle.close()
+    held.clear()
+
+
 @contextlib.contextmanager
-def locked(lock_path: Path) -> Iterator[None]:
-    """An exclusive lock on lock_path, held while the block runs (waiting for another run's if need be).
-    fcntl is imported here, where it is used: `check`, `abi-diff` and `audit-guards` import this module and
-    run on any OS; environments are made on POSIX only."""
+def locked(lock_path: Path, wait: float | None = None, why: str = "another run is creating this") -> Iterator[None]:
+    """An exclusive lock on lock_path, held while the block runs (waiting for another run's if need be: at
+    most `wait` seconds when given, then InfrastructureError). fcntl is imported here, where it is used:
+    `check`, `abi-diff` and `audit-guards` import this module and run on any OS; envs are made on POSIX only."""
     import fcntl
 
     with open(lock_path, "a+") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            log.info("waiting for %s (another run is creating this environment)", lock_path)
-            fcntl.flock(handle, fcntl.LOCK_EX)
+            bound, level = ("", logging.INFO) if wait is None else (f" (at most {wait:g} s)", logging.WARNING)
+            log.log(level, "waiting for %s%s: %s", lock_path, bound, why)
+            started = time.monotonic()
+            if not _wait_exclusive(handle, wait):
+                raise InfrastructureError(
+                    f"{lock_path}: waited {wait:g} s and it is still held: {why}\n"
+                    "  let the runs using it end (or stop them), then run again"
+                ) from None
+            log.log(level, "%s: ours after %.1f s", lock_path, time.monotonic() - started)
         try:
             handle.seek(0)
             handle.truncate()
@@ -348,3 +421,22 @@ def locked(lock_path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _wait_exclusive(handle: IO[str], wait: float | None) -> bool:
+    """flock(LOCK_EX) on handle; False (the lock not taken) once wait seconds have passed without it."""
+    import fcntl
+
+    if wait is None:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        return True
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(0.2, left))

@@ -7,7 +7,15 @@ import time
 from pathlib import Path
 
 import pytest
-from kit import cells_by_id, harness, latest_results, make_extension, processes_mentioning, start_harness
+from kit import (
+    cells_by_id,
+    forkservers,
+    harness,
+    latest_results,
+    make_extension,
+    processes_mentioning,
+    start_harness,
+)
 
 # Asserted inside the cell, in both executors: what a fresh `python -m pytest` would see.
 SEES_ITS_CELL = """
@@ -98,7 +106,7 @@ def test_a_server_that_dies_under_a_cell_makes_it_error(workspace: Path) -> None
     while time.monotonic() < deadline and proc.poll() is None and not servers:
         probes = list((workspace / "server_dies").glob("*/cells/*/probe.json"))
         if probes and '"phase": "tests"' in probes[0].read_text():
-            servers = _servers(str(workspace / "server_dies"))
+            servers = forkservers(str(workspace / "server_dies"))
         time.sleep(0.2)
     if not servers:
         proc.kill()
@@ -111,23 +119,3 @@ def test_a_server_that_dies_under_a_cell_makes_it_error(workspace: Path) -> None
     assert (cell["status"], cell["verdict"]) == ("ERROR", "error"), cell
     assert cell["reason"].startswith("the forkserver of torch 2.13.0+cpu ended while this cell ran"), cell
     assert not processes_mentioning(str(workspace / "server_dies")), "the cell outlived its server"
-
-
-def _argv(pid: int | str) -> list[bytes]:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return []
-
-
-def _servers(marker: str) -> list[int]:
-    """The forkservers of a run: python processes running the server whose parent is not one (a forked
-    cell has the same command line as its server, the run dir in it)."""
-    found = []
-    for line in processes_mentioning(marker):
-        pid = int(line.split(":")[0])
-        if any(b"harness_forkserver.main()" in arg for arg in _argv(pid)[1:3]):
-            parent = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]
-            if not any(b"harness_forkserver.main()" in arg for arg in _argv(parent)[1:3]):
-                found.append(pid)
-    return found

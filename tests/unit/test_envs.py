@@ -2,6 +2,7 @@
 
 import json
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -120,6 +121,60 @@ def test_an_intact_env_is_reused_by_ensure(tmp_path: Path, monkeypatch: pytest.M
     rebuilds = Rebuilds(manager, monkeypatch)
     env = manager.ensure(SPEC)
     assert rebuilds.calls == [] and env.reused and env.repaired is None
+
+
+def test_an_env_a_run_holds_is_not_rebuilt_and_a_repair_gives_up_after_its_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """C2: a run holds the envs it uses; another run that finds one damaged waits, bounded, and never removes it."""
+    user = fake_env(tmp_path)
+    user.ensure(SPEC)  # a run using the env: it holds it until release()
+    (user.path(SPEC) / "lib/python3.11/site-packages" / LIBTORCH).unlink()
+    repairer = EnvManager(tmp_path, user.sources, use_wait=0.5)
+    rebuilds = Rebuilds(repairer, monkeypatch)
+    started = time.monotonic()
+    with pytest.raises(InfrastructureError) as info:
+        repairer.ensure(SPEC)
+    assert 0.5 <= time.monotonic() - started < 5
+    message = str(info.value)
+    assert "waited 0.5 s and it is still held" in message
+    assert f"{LIBTORCH}: missing" in message and "another run uses it" in message and "run again" in message
+    assert rebuilds.calls == [] and user.path(SPEC).is_dir()
+    user.release()
+    env = repairer.ensure(SPEC)
+    assert rebuilds.calls == [("forget",), ("create", "False")] and env.repaired == f"{LIBTORCH}: missing"
+
+
+def test_a_repair_waits_for_the_run_using_the_env_and_then_rebuilds_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    user = fake_env(tmp_path)
+    user.ensure(SPEC)
+    (user.path(SPEC) / "lib/python3.11/site-packages" / LIBTORCH).unlink()
+    repairer = EnvManager(tmp_path, user.sources, use_wait=30)
+    rebuilds = Rebuilds(repairer, monkeypatch)
+    timer = threading.Timer(1.0, user.release)  # the run using it ends a second from now
+    timer.start()
+    started = time.monotonic()
+    try:
+        env = repairer.ensure(SPEC)
+    finally:
+        timer.cancel()
+    assert 1.0 <= time.monotonic() - started < 10
+    assert rebuilds.calls == [("forget",), ("create", "False")] and env.repaired == f"{LIBTORCH}: missing"
+
+
+def test_runs_share_an_intact_env_and_a_dropped_manager_lets_it_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = fake_env(tmp_path), EnvManager(tmp_path, ResolvedSources(None, (), (), ""), use_wait=0.5)
+    assert first.ensure(SPEC).reused and second.ensure(SPEC).reused  # two holders at once: no waiting
+    (first.path(SPEC) / "lib/python3.11/site-packages" / LIBTORCH).unlink()
+    second.release()
+    del first  # a run that ends without release(): its process, or its manager, going lets go of the env
+    repairer = EnvManager(tmp_path, ResolvedSources(None, (), (), ""), use_wait=0.5)
+    rebuilds = Rebuilds(repairer, monkeypatch)
+    assert repairer.ensure(SPEC).repaired == f"{LIBTORCH}: missing" and rebuilds.calls[-1] == ("create", "False")
 
 
 def test_a_rebuild_that_links_the_damaged_file_again_is_an_error_naming_it(

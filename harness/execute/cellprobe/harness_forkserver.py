@@ -29,6 +29,7 @@ import signal
 import socket
 import sys
 import tempfile
+import threading
 import traceback
 from typing import Any
 
@@ -140,8 +141,19 @@ def _run_pytest(request: dict[str, Any]) -> int:
     except BaseException:
         traceback.print_exc()
         code = 1
-    atexit._run_exitfuncs()  # what the interpreter's shutdown would run (a test's at-exit handlers)
+    _interpreter_shutdown()
     return code
+
+
+def _interpreter_shutdown() -> None:
+    """What a fresh interpreter does at exit, in its order: wait for every non-daemon thread a test left
+    (a thread that never ends holds the cell until its timeout, as it holds a fresh process), then run the
+    at-exit handlers. Without the join a forked cell would pass where a fresh one times out."""
+    try:
+        threading._shutdown()  # type: ignore[attr-defined]
+    except BaseException:
+        traceback.print_exc()
+    atexit._run_exitfuncs()
 
 
 def _cell(request: dict[str, Any], reply: int, stdout: int, stderr: int) -> None:
