@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import subprocess
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -14,40 +13,14 @@ from pathlib import Path
 from packaging.version import Version
 
 from harness.config import DEFAULT_PYTHON
-from harness.core.errors import BadInputError, InfrastructureError
+from harness.core.errors import BadInputError
 from harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
 from harness.provision.sources import ResolvedSources
 from harness.static.manifest import packaged_manifest
-from harness.static.op_registry import DATA_FILE, OpSchemas
-from harness.static.op_schema import parse
+from harness.static.op_registry import DATA_FILE, OpSchemas, dump_release
 
 DATA = Path(__file__).resolve().parents[1] / "harness" / "data"
 log = logging.getLogger(__name__)
-
-
-DUMP = """
-import json, torch
-out = []
-for name in torch._C._dispatch_get_all_op_names():
-    op, _, overload = name.partition(".")
-    out.append(str(torch._C._get_schema(op, overload)))
-print(json.dumps({"version": torch.__version__, "schemas": sorted(out)}))
-"""
-
-
-def dump_release(python: Path) -> list[str]:
-    """Every registered schema of the torch that `python` imports (a few seconds: it imports torch)."""
-    command = [str(python), "-c", DUMP]
-    log.info("%s -c <dump the dispatcher's schemas>", python)
-    proc = subprocess.run(command, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise InfrastructureError(
-            f"{python}: dumping op schemas failed (exit {proc.returncode}): {proc.stderr[-2000:]}"
-        )
-    schemas: list[str] = json.loads(proc.stdout.strip().splitlines()[-1])["schemas"]
-    for text in schemas:
-        parse(text)  # refuse to record what the reader cannot read
-    return schemas
 
 
 def generate(releases: Sequence[str], pythons: dict[str, Path], previous: OpSchemas | None) -> OpSchemas:

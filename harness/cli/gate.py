@@ -31,7 +31,7 @@ from harness.core.errors import BadInputError, ExitCode, HarnessError
 from harness.core.files import write_atomic
 from harness.core.text import md_text
 from harness.core.versions import ApiLevel
-from harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
+from harness.provision.envs import Env, EnvManager, EnvSpec, default_cache_dir
 from harness.provision.sources import resolve_sources
 from harness.results.diff import load_run
 from harness.results.gate import Decision, Gate, ReleaseEvidence, candidate_ref, decide, previous_release
@@ -39,7 +39,7 @@ from harness.results.release_evidence import OpEvidence, header_claims, op_evide
 from harness.static.abi_diff import diff, surface
 from harness.static.audit import GuardAudit, audit_guards
 from harness.static.manifest import Manifest, packaged_manifest
-from harness.static.op_registry import diff_releases, packaged_op_schemas
+from harness.static.op_registry import diff_releases, packaged_op_schemas, with_release
 from harness.static.visibility import OLDEST_TARGET, packaged_visibility
 
 REPLAY_JSON_VERSION = 1
@@ -127,7 +127,7 @@ def gate_once(args: argparse.Namespace) -> tuple[Gate, Path]:
     timings["matrix_run"] = time.monotonic() - started
     timings |= probe_timings(executed)
     started = time.monotonic()
-    ops = op_schema_evidence(previous, args.candidate, executed)
+    ops = op_schema_evidence(previous, args.candidate, executed, candidate_env(plain, args.candidate, args.cache_dir))
     timings["op_schema_diff"] = time.monotonic() - started
     run, run_dir = executed.run, executed.run_dir
     result = against_baseline(baseline, run, run_dir) if baseline is not None else None
@@ -140,10 +140,14 @@ def gate_once(args: argparse.Namespace) -> tuple[Gate, Path]:
     return gate, run_dir
 
 
-def candidate_env(matrix: Matrix, candidate: str, cache_dir: Path | None) -> Path:
-    """torch/include of the candidate's env, made when missing (a release the sources do not serve: exit 2)."""
-    env = EnvManager((cache_dir or default_cache_dir()).absolute(), resolve_sources(matrix.sources))
-    return env.ensure(EnvSpec(Version(candidate), "auto", matrix.python)).torch_lib.parent / "include"
+def candidate_env(matrix: Matrix, candidate: str, cache_dir: Path | None) -> Env:
+    """The candidate's env, made when missing (a release the sources do not serve: exit 2): its headers for the
+    audit and the probe, its torch for the op schemas when the data file does not record them."""
+    envs = EnvManager((cache_dir or default_cache_dir()).absolute(), resolve_sources(matrix.sources))
+    try:
+        return envs.ensure(EnvSpec(Version(candidate), "auto", matrix.python))
+    finally:
+        envs.release()
 
 
 def header_audits(
@@ -152,7 +156,7 @@ def header_audits(
     """The candidate's headers audited at every target from the oldest the matrix serves, each claim confirmed
     by compiling against its torch/include (its env is made when missing); the previous release's from the
     packaged data, to tell inherited findings from new ones (None when the harness never preprocessed them)."""
-    include = candidate_env(matrix, candidate, cache_dir)
+    include = candidate_env(matrix, candidate, cache_dir).torch_lib.parent / "include"
     audit = audit_guards(manifest, candidate, oldest, include, probe=True)
     before = None
     if previous in packaged_visibility() and ApiLevel.of(Version(previous)) >= OLDEST_TARGET:
@@ -167,9 +171,13 @@ def probe_timings(executed: Executed) -> dict[str, float]:
     return {"probe_builds": executed.build_seconds.get("header_probe", 0.0), "probe_cells": seconds}
 
 
-def op_schema_evidence(previous: str, candidate: str, executed: Executed) -> OpEvidence:
+def op_schema_evidence(previous: str, candidate: str, executed: Executed, env: Env) -> OpEvidence:
+    """The op schema diff previous -> candidate against what the matrix's builds call; a candidate the data
+    file does not record is read from its own torch (a few seconds: it imports torch)."""
     schemas = packaged_op_schemas()
     calls = {name: found for name, found in executed.op_calls.items() if name != "header_probe"}
+    if candidate not in schemas.releases:
+        schemas = with_release(schemas, candidate, env.python)
     missing = [r for r in (previous, candidate) if r not in schemas.releases]
     if missing:
         why = (

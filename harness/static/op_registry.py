@@ -18,11 +18,13 @@ import dataclasses
 import functools
 import json
 import logging
+import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
-from harness.core.errors import BadInputError
+from harness.core.errors import BadInputError, InfrastructureError
 from harness.static.op_schema import Change, Difference, Schema, compare, overall, parse
 
 log = logging.getLogger(__name__)
@@ -182,4 +184,40 @@ def diff_releases(
     return tuple(c for c in changes if c.change is not Change.SAME)
 
 
-# --- the generator -------------------------------------------------------------------------------
+# --- reading a release's schemas from its torch ------------------------------------------------------
+
+DUMP = """
+import json, torch
+out = []
+for name in torch._C._dispatch_get_all_op_names():
+    op, _, overload = name.partition(".")
+    out.append(str(torch._C._get_schema(op, overload)))
+print(json.dumps({"version": torch.__version__, "schemas": sorted(out)}))
+"""
+
+
+def dump_release(python: Path) -> list[str]:
+    """Every registered schema of the torch that `python` imports (a few seconds: it imports torch)."""
+    command = [str(python), "-c", DUMP]
+    log.info("%s -c <dump the dispatcher's schemas>", python)
+    proc = subprocess.run(command, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise InfrastructureError(
+            f"{python}: dumping op schemas failed (exit {proc.returncode}): {proc.stderr[-2000:]}"
+        )
+    schemas: list[str] = json.loads(proc.stdout.strip().splitlines()[-1])["schemas"]
+    for text in schemas:
+        parse(text)  # refuse to record what the reader cannot read
+    return schemas
+
+
+def with_release(schemas: OpSchemas, release: str, python: Path) -> OpSchemas:
+    """schemas plus one release read from its python (a candidate not recorded in the data file)."""
+    holds: dict[str, set[str]] = {}
+    for known in schemas.releases:
+        for text in schemas.texts(known).values():
+            holds.setdefault(text, set()).add(known)
+    for text in dump_release(python):
+        holds.setdefault(text, set()).add(release)
+    return OpSchemas.of((*schemas.releases, release), holds)
+

@@ -11,6 +11,12 @@ import json
 from pathlib import Path
 
 from kit import harness
+from packaging.version import Version
+
+from harness.config import DEFAULT_PYTHON
+from harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
+from harness.provision.sources import ResolvedSources
+from harness.static.op_registry import OpSchemas, diff_releases, packaged_op_schemas, with_release
 
 REPO = Path(__file__).resolve().parents[2]
 DTYPES = {"aoti_torch_dtype_float8_e8m0fnu", "aoti_torch_dtype_float4_e2m1fn_x2"}
@@ -50,3 +56,14 @@ def test_the_replay_of_2_12_1_is_no_go_naming_the_two_dtype_declarations(tmp_pat
     assert any(t.startswith("the header probe fails to load in 3 cell(s)") for t in titles), titles
     assert gate["op_schemas"]["compared"] is True
     assert set(gate["timings"]) >= {"header_audit", "probe_builds", "probe_cells", "op_schema_diff", "matrix_run"}
+
+
+def test_a_candidate_the_data_file_does_not_record_has_its_op_schemas_read_from_its_own_torch() -> None:
+    envs = EnvManager(default_cache_dir(), ResolvedSources(None, (), (), ""))
+    env = envs.ensure(EnvSpec(Version("2.13.0"), "auto", DEFAULT_PYTHON))
+    envs.release()
+    recorded = packaged_op_schemas()
+    before = OpSchemas.of(["2.12.1"], {text: ["2.12.1"] for text in recorded.texts("2.12.1").values()})
+    read = with_release(before, "2.13.0", env.python)  # as if 2.13.0 were a new candidate
+    assert read.texts("2.13.0") == recorded.texts("2.13.0")
+    assert diff_releases(read, "2.12.1", "2.13.0") == diff_releases(recorded, "2.12.1", "2.13.0")
