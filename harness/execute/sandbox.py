@@ -9,7 +9,10 @@ there, makes **every mount of the namespace read-only** (each line of /proc/self
 only holes a cell may write through: its own cell directory (which holds its TMPDIR, HOME and every
 default cache: `venv.own_caches`) bound writable again, and an empty private tmpfs on /dev/shm
 (POSIX shared memory and semaphores, gone with the cell). Device nodes stay usable (/dev/null, a GPU's):
-a read-only mount refuses creating files, not writing to a device. The cell then runs with every
+a read-only mount refuses creating files, not writing to a device. /proc and /sys are read-only too: a
+cell runs as uid 0 (of its user namespace, or the host's), and files such as /proc/sys/* and the cgroup
+files check only their owner, not a capability. A mount the init cannot make read-only (one a later
+mount covers, say) fails the sandbox with its path named, rather than leaving it writable. The cell then runs with every
 capability dropped (and no_new_privs), so it can neither write through those mounts nor remount them.
 When the cell's process ends, PID 1 exits with its status and the kernel kills every process left in
 the namespace: a test's `setsid` child included.
