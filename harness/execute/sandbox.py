@@ -1,21 +1,21 @@
 """The venv backend's cell sandbox: a cell sees a read-only world, and nothing it starts outlives it.
 
-A cell's pytest runs under `setpriv --pdeathsig KILL` (it dies with the harness thread that
-started it, even when the harness is SIGKILLed), in new mount and PID namespaces made by
-`unshare` (a user namespace too when the harness is not root). A small POSIX shell init, PID 1
-there, makes **every mount of the namespace read-only** (each line of /proc/self/mountinfo remounted
-`bind,ro` in place, keeping its nosuid/nodev/noexec/atime flags, so submounts such as /dev, /proc,
-/sys and /tmp are covered one by one and not only `/`), hides the host's CUDA toolkit, then opens the
-only holes a cell may write through: its own cell directory (which holds its TMPDIR, HOME and every
-default cache: `venv.own_caches`) bound writable again, and an empty private tmpfs on /dev/shm
-(POSIX shared memory and semaphores, gone with the cell). Device nodes stay usable (/dev/null, a GPU's):
-a read-only mount refuses creating files, not writing to a device. /proc and /sys are read-only too: a
-cell runs as uid 0 (of its user namespace, or the host's), and files such as /proc/sys/* and the cgroup
-files check only their owner, not a capability. A mount the init cannot make read-only (one a later
-mount covers, say) fails the sandbox with its path named, rather than leaving it writable. The cell then runs with every
-capability dropped (and no_new_privs), so it can neither write through those mounts nor remount them.
-When the cell's process ends, PID 1 exits with its status and the kernel kills every process left in
-the namespace: a test's `setsid` child included.
+A cell's pytest runs under `setpriv --pdeathsig KILL` (it dies with the harness thread that started it, even
+when the harness is SIGKILLed), in new mount and PID namespaces made by `unshare` (a user namespace too when
+the harness is not root). A small POSIX shell init, PID 1 there, makes **every mount of the namespace
+read-only** (remounted `bind,ro` in place, keeping their nosuid/nodev/noexec/atime flags: `mount --all`,
+then each line of /proc/self/mountinfo still writable, so submounts such as /dev, /proc, /sys and /tmp are
+covered one by one and not only `/`), hides the host's CUDA toolkit, then opens the only holes a cell may
+write through: its own cell directory (which holds its TMPDIR, HOME and every default cache:
+`venv.own_caches`) bound writable again, and an empty private tmpfs on /dev/shm (POSIX shared memory and
+semaphores, gone with the cell). Device nodes stay usable (/dev/null, a GPU's): a read-only mount refuses
+creating files, not writing to a device. /proc and /sys are read-only too: a cell runs as uid 0 (of its user
+namespace, or the host's), and files such as /proc/sys/* and the cgroup files check only their owner, not a
+capability. A mount the init cannot make read-only (one a later mount covers, say) fails the sandbox with
+its path named, rather than leaving it writable. The cell then runs with every capability dropped (and
+no_new_privs), so it can neither write through those mounts nor remount them. When the cell's process ends,
+PID 1 exits with its status and the kernel kills every process left in the namespace: a test's `setsid`
+child included.
 
 Why read-only mounts rather than an unprivileged user: a uid of its own would still let a cell write
 wherever the world may (/tmp, /dev/shm, /var/tmp, a world-writable cache: another cell's lock among
@@ -45,15 +45,19 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-# Arguments: drop|keep (hide|rw|shm PATH)... -- COMMAND... First every mount the namespace holds (read
-# from /proc/self/mountinfo, inside it) is made read-only in place, keeping the flags a user namespace
-# locks (nosuid, nodev, noexec, atime); where mounts are stacked, the top one, the only one a path
-# reaches (a path is unescaped from mountinfo's octal, `\040` for a space). Then, in order: `hide` puts
-# an empty read-only tmpfs over a directory, `rw` binds a path writable again, `shm` mounts a private
-# empty tmpfs (POSIX shared memory and semaphores). `keep` runs COMMAND with its capabilities: the
-# forkserver, which sandboxes each cell itself. A mount that cannot be made read-only fails the init.
+# Arguments: drop|keep (hide|rw|shm PATH)... -- COMMAND... First every mount the namespace holds is made
+# read-only in place, keeping the flags a user namespace locks (nosuid, nodev, noexec, atime): one
+# `mount --all -o remount,bind,ro` (util-linux 2.38 here remounts every mount of the table in that one
+# exec), then each line of /proc/self/mountinfo still writable is remounted on its own, so the guarantee
+# does not rest on what `--all` does in a given util-linux; where mounts are stacked, the top one, the
+# only one a path reaches (a path is unescaped from mountinfo's octal, `\040` for a space). Then, in
+# order: `hide` puts an empty read-only tmpfs over a directory, `rw` binds a path writable again, `shm`
+# mounts a private empty tmpfs (POSIX shared memory and semaphores). `keep` runs COMMAND with its
+# capabilities: the forkserver, which sandboxes each cell itself. A mount that cannot be made read-only
+# fails the init.
 INIT = """\
 caps=$1; shift
+mount --all -o remount,bind,ro 2>/dev/null  # the loop below checks what it did
 mounts=
 while read -r _ _ _ _ point options _; do mounts="$mounts$point $options
 "; done < /proc/self/mountinfo

@@ -2,6 +2,7 @@
 
 import errno
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -162,12 +163,22 @@ def test_in_the_sandbox_only_the_cells_own_directory_and_its_own_dev_shm_are_wri
             path.unlink(missing_ok=True)
 
 
-def test_in_the_sandbox_a_submount_is_read_only_too(tmp_path: Path) -> None:
+@pytest.mark.parametrize("remount_all", ["util-linux", "a no-op"])
+def test_in_the_sandbox_a_submount_is_read_only_too(tmp_path: Path, remount_all: str) -> None:
     """Not only `/`: a mount below it (here a fresh writable tmpfs, made in a mount namespace of this test's
-    own with a space in its path, as /proc/self/mountinfo escapes it) refuses the cell's writes as well."""
+    own with a space in its path, as /proc/self/mountinfo escapes it) refuses the cell's writes as well;
+    also where `mount --all -o remount` remounts nothing (a mount(8) in front of util-linux's that ignores
+    `--all`): the init's line-by-line pass over mountinfo alone makes every mount read-only."""
     submount, out = tmp_path / "a mount", tmp_path / "cell"
     submount.mkdir()
     out.mkdir()
+    environ = dict(os.environ)
+    if remount_all == "a no-op":
+        fake = tmp_path / "bin" / "mount"
+        fake.parent.mkdir()
+        fake.write_text(f'#!/bin/sh\n[ "$1" = --all ] && exit 0\nexec {shutil.which("mount")} "$@"\n')
+        fake.chmod(0o755)
+        environ["PATH"] = f"{fake.parent}{os.pathsep}{environ['PATH']}"
     unshare = ["unshare", "--mount"] if os.geteuid() == 0 else ["unshare", "--user", "--map-root-user", "--mount"]
     cell = (
         "import os, subprocess, sys\n"
@@ -180,7 +191,7 @@ def test_in_the_sandbox_a_submount_is_read_only_too(tmp_path: Path) -> None:
     script = 'mount -t tmpfs harness-test "$1" && touch "$1/host-writes" && shift && exec "$@"'
     argv = [*unshare, "sh", "-c", script, "sh", str(submount), sys.executable, "-c", cell, TRY_WRITES]
     proc = subprocess.run(
-        [*argv, str(submount / "x"), str(out / "mine.txt")], capture_output=True, text=True, timeout=60
+        [*argv, str(submount / "x"), str(out / "mine.txt")], capture_output=True, text=True, timeout=60, env=environ
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [f"REFUSED {submount / 'x'} {errno.EROFS}", f"WROTE {out / 'mine.txt'}"]
