@@ -4,11 +4,12 @@ torch, pytest and the cell probe once, forking one child per cell.
 Each forked cell gets what a fresh cell gets: its own session and process group, its own stdout
 and stderr (pipes pumped into the same capped logs), its own working directory, the build's site
 dir first on `sys.path`, the cell environment applied before anything of the extension is
-imported, and the same sandbox (mount and PID namespaces made by the child itself, protected
-paths read-only, capabilities dropped). The server never imports an extension. What it cannot
-give, it does not pretend to: a `device: cuda` runtime keeps fresh processes (CUDA must not be
-initialised before a fork), and a runtime whose server does not start runs its cells fresh, said
-once in the log. A server that dies under a running cell makes that cell ERROR.
+imported, and the same sandbox (mount and PID namespaces made by the child itself, the whole
+filesystem read-only but its own directory and a private /dev/shm, capabilities dropped). The
+server never imports an extension. What it cannot give, it does not pretend to: a `device: cuda`
+runtime keeps fresh processes (CUDA must not be initialised before a fork), and a runtime whose
+server does not start runs its cells fresh, said once in the log. A server that dies under a
+running cell makes that cell ERROR.
 
 Every wait on a server is bounded. A server reports a cell's end within `ANSWER_SECONDS` of the
 cell's process ending (seen through a pidfd, not through the server) or of the harness killing it
@@ -16,8 +17,11 @@ after its timeout; one that does not (stopped, wedged) is unresponsive: it is ki
 ERROR "forkserver unresponsive" (the harness failed, not the extension), and the runtime's later
 cells are forked from a new server.
 
-The server itself runs in the sandbox with the harness cache, uv's cache, the probe and the run's
-reports read-only and nothing writable, keeping the capabilities it needs to sandbox each child.
+The server itself runs in the sandbox with every mount read-only and nothing writable but an
+empty /dev/shm of its own, its TMPDIR (the host's CUDA toolkit hidden), keeping the capabilities
+it needs to sandbox each child: a child's namespace is a copy of that read-only world, so each
+cell only opens its own holes (its directory writable, an empty /dev/shm), a few mount calls
+instead of one per mount of the host.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from typing import IO
 from harness.core import processes
 from harness.core.files import write_atomic
 from harness.core.status import Status
+from harness.execute import sandbox
 from harness.execute.api import CappedLog, CellDecided, CellExecution, CellRequest, CellView, Launched
 from harness.execute.venv import PROBE_DIR, LogPump, VenvBackend, host_environ, interpreter_environ
 from harness.plan import Cell, Runtime
@@ -186,11 +191,13 @@ class Server:
         # the run's directory names the server (and the cells it forks, which share its command line)
         argv = [handle.python, "-c", SERVER, str(theirs.fileno()), str(request.out_dir.parents[1]), *backend.preload]
         environ = {**host_environ(Path("/")), **interpreter_environ(request.threads, [PROBE_DIR])}
+        if backend.sandbox.isolated:  # importing torch needs a temporary directory: the server's own empty tmpfs
+            environ["TMPDIR"] = sandbox.SHM
         log.info("%s: starting its forkserver", label)
         output = tempfile.TemporaryFile()  # kept in the report only if the server says anything
         try:
             proc = processes.REGISTRY.popen(
-                backend.sandbox.wrap(argv, backend.shared_protected(request), [], keep_capabilities=True),
+                backend.sandbox.wrap(argv, [], keep_capabilities=True),
                 cwd="/",
                 env=environ,
                 pass_fds=(theirs.fileno(),),
@@ -229,11 +236,7 @@ class Server:
             "environ": dict(view.environ),
             "cwd": str(request.out_dir),
             "pythonpath": view.environ["PYTHONPATH"].split(os.pathsep),
-            "mounts": (
-                backend.sandbox.mounts(backend.protected(request), [request.out_dir])
-                if backend.sandbox.isolated
-                else None
-            ),
+            "mounts": backend.sandbox.holes([request.out_dir]) if backend.sandbox.isolated else None,
         }
         reply, reply_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         out_r, out_w = os.pipe()
@@ -305,11 +308,6 @@ class ForkserverBackend(VenvBackend):
             self._remaining = {}
             for cell in cells:
                 self._remaining[cell.runtime] = self._remaining.get(cell.runtime, 0) + 1
-
-    def shared_protected(self, request: CellRequest) -> list[Path]:
-        """What every cell of the run protects, whatever its extension: the server's own read-only binds."""
-        extension = request.cell.build.extension
-        return [p for p in self.protected(request) if p not in (extension.root, extension.tests)]
 
     def _server(self, request: CellRequest) -> Server | None:
         runtime = request.cell.runtime

@@ -1,21 +1,33 @@
-"""The venv backend's cell sandbox: what a cell runs on cannot be changed by it, and nothing it
-starts outlives it.
+"""The venv backend's cell sandbox: a cell sees a read-only world, and nothing it starts outlives it.
 
-A cell's pytest runs under `setpriv --pdeathsig KILL` (it dies with the harness thread that
-started it, even when the harness is SIGKILLed), in new mount and PID namespaces made by
-`unshare` (a user namespace too when the harness is not root). A small POSIX shell init, PID 1
-there, bind-mounts every protected path read-only (the harness cache with its envs and builds,
-uv's cache whose files the envs hardlink, the probe plugin, the extension's sources and tests,
-the run's reports), mounts the cell's own output directory writable again, and runs the cell
-with every capability dropped, so it can neither write through those mounts nor remount them.
-When the cell's process ends, PID 1 exits with its status and the kernel kills every process
-left in the namespace: a test's `setsid` child included.
+A cell's pytest runs under `setpriv --pdeathsig KILL` (it dies with the harness thread that started it, even
+when the harness is SIGKILLed), in new mount and PID namespaces made by `unshare` (a user namespace too when
+the harness is not root). A small POSIX shell init, PID 1 there, makes **every mount of the namespace
+read-only** (remounted `bind,ro` in place, keeping their nosuid/nodev/noexec/atime flags: `mount --all`,
+then each line of /proc/self/mountinfo still writable, so submounts such as /dev, /proc, /sys and /tmp are
+covered one by one and not only `/`), hides the host's CUDA toolkit, then opens the only holes a cell may
+write through: its own cell directory (which holds its TMPDIR, HOME and every default cache:
+`venv.own_caches`) bound writable again, and an empty private tmpfs on /dev/shm (POSIX shared memory and
+semaphores, gone with the cell). Device nodes stay usable (/dev/null, a GPU's): a read-only mount refuses
+creating files, not writing to a device. /proc and /sys are read-only too: a cell runs as uid 0 (of its user
+namespace, or the host's), and files such as /proc/sys/* and the cgroup files check only their owner, not a
+capability. A mount the init cannot make read-only (one a later mount covers, say) fails the sandbox with
+its path named, rather than leaving it writable. The cell then runs with every capability dropped (and
+no_new_privs), so it can neither write through those mounts nor remount them. When the cell's process ends,
+PID 1 exits with its status and the kernel kills every process left in the namespace: a test's `setsid`
+child included.
+
+Why read-only mounts rather than an unprivileged user: a uid of its own would still let a cell write
+wherever the world may (/tmp, /dev/shm, /var/tmp, a world-writable cache: another cell's lock among
+them) and would need the envs, builds and reports owned apart; a read-only mount refuses every write
+whatever the permission bits say, needs no user on the host, and is what the docker backend gives
+(`--read-only` root, writable only the cell's own mounts).
 
 The init reports a death by signal N as exit 128+N (PID 1 cannot re-raise it), which `returncode`
 maps back, as the docker backend does for its init.
 
 Where the kernel refuses namespaces (no unshare, user namespaces forbidden), cells run as before,
-in a process group, and the run says so once.
+in a process group and with nothing read-only, and the run says so once.
 """
 
 from __future__ import annotations
@@ -31,21 +43,45 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from harness.core import commands
-from harness.core.errors import CommandError
-from harness.provision.sources import uv_binary
-
 log = logging.getLogger(__name__)
 
-# Arguments: drop|keep (ro|rw|hide PATH)... -- COMMAND...; paths in order, so a writable one inside a
-# read-only one opens it again; `hide` puts an empty read-only tmpfs over a directory. `keep` runs
-# COMMAND with its capabilities: the forkserver, which sandboxes each cell itself.
+# Arguments: drop|keep (hide|rw|shm PATH)... -- COMMAND... First every mount the namespace holds is made
+# read-only in place, keeping the flags a user namespace locks (nosuid, nodev, noexec, atime): one
+# `mount --all -o remount,bind,ro` (util-linux 2.38 here remounts every mount of the table in that one
+# exec), then each line of /proc/self/mountinfo still writable is remounted on its own, so the guarantee
+# does not rest on what `--all` does in a given util-linux; where mounts are stacked, the top one, the
+# only one a path reaches (a path is unescaped from mountinfo's octal, `\040` for a space). Then, in
+# order: `hide` puts an empty read-only tmpfs over a directory, `rw` binds a path writable again, `shm`
+# mounts a private empty tmpfs (POSIX shared memory and semaphores). `keep` runs COMMAND with its
+# capabilities: the forkserver, which sandboxes each cell itself. A mount that cannot be made read-only
+# fails the init.
 INIT = """\
 caps=$1; shift
+mount --all -o remount,bind,ro 2>/dev/null  # the loop below checks what it did
+mounts=
+while read -r _ _ _ _ point options _; do mounts="$mounts$point $options
+"; done < /proc/self/mountinfo
+while read -r point options; do
+  [ -n "$point" ] || continue
+  case ,$options, in *,ro,*) continue;; esac  # read-only already
+  case $point in
+    *\\\\*) point=$(printf '%b' "$(printf '%s' "$point" | sed 's/\\\\\\([0-7][0-7][0-7]\\)/\\\\0\\1/g')");;
+  esac
+  kept=; ifs=$IFS; IFS=,
+  for option in $options; do
+    case $option in nosuid|nodev|noexec|noatime|nodiratime|relatime|strictatime) kept="$kept,$option";; esac
+  done
+  IFS=$ifs
+  mount -o "remount,bind,ro$kept" "$point" || { echo "harness sandbox: cannot make $point read-only" >&2; exit 125; }
+done <<MOUNTS
+$mounts
+MOUNTS
 while [ "$1" != "--" ]; do
-  if [ "$1" = hide ]; then mount -t tmpfs -o ro,size=4k,mode=555 harness-hidden "$2"
-  else mount --bind "$2" "$2" && mount -o "remount,bind,$1" "$2"
-  fi || { echo "harness sandbox: cannot mount $2 $1" >&2; exit 125; }
+  case $1 in
+    hide) mount -t tmpfs -o ro,size=4k,mode=555 harness-hidden "$2";;
+    shm) mount -t tmpfs -o nosuid,nodev,mode=1777 harness-shm "$2";;
+    *) mount --bind "$2" "$2" && mount -o "remount,bind,$1" "$2";;
+  esac || { echo "harness sandbox: cannot mount $2 $1" >&2; exit 125; }
   shift 2
 done
 shift
@@ -53,6 +89,7 @@ if [ "$caps" = keep ]; then "$@"; else setpriv --bounding-set=-all --inh-caps=-a
 exit $?
 """
 SETUP_FAILED = 125  # INIT could not make the mounts: the sandbox, not the cell, failed
+SHM = "/dev/shm"  # POSIX shared memory and semaphores (multiprocessing): private to each cell
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,11 +103,9 @@ class Sandbox:
     def isolated(self) -> bool:
         return self.kind == "namespaces"
 
-    def wrap(
-        self, argv: Sequence[str], protected: Sequence[Path], writable: Sequence[Path], keep_capabilities: bool = False
-    ) -> list[str]:
-        """argv run inside the sandbox, protected paths read-only and writable ones (inside them) writable.
-        Without namespaces the cell still dies with the harness (pdeathsig), where setpriv exists."""
+    def wrap(self, argv: Sequence[str], writable: Sequence[Path], keep_capabilities: bool = False) -> list[str]:
+        """argv run inside the sandbox: the whole filesystem read-only but the writable paths and a private
+        /dev/shm. Without namespaces the cell still dies with the harness (pdeathsig), where setpriv exists."""
         if not self.isolated:
             return ["setpriv", "--pdeathsig", "KILL", "--", *argv] if shutil.which("setpriv") else list(argv)
         userns = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
@@ -93,17 +128,23 @@ class Sandbox:
             INIT,
             "harness-cell-init",
             "keep" if keep_capabilities else "drop",
-            *(arg for mount in self.mounts(protected, writable) for arg in mount),
+            *(arg for mount in self.mounts(writable) for arg in mount),
             "--",
             *argv,
         ]
 
     @staticmethod
-    def mounts(protected: Sequence[Path], writable: Sequence[Path]) -> list[tuple[str, str]]:
-        """The mounts a cell's sandbox makes, in order: (ro|rw|hide, absolute path). The host's CUDA
-        toolkit libraries are hidden: a cell loads the CUDA its torch ships, or none, as in a container."""
-        hidden = [("hide", path) for path in host_cuda_dirs()]
-        return hidden + [("ro", path) for path in _existing(protected)] + [("rw", path) for path in _existing(writable)]
+    def mounts(writable: Sequence[Path]) -> list[tuple[str, str]]:
+        """What a namespace made from the host's mounts after INIT made them all read-only, in order:
+        (hide|rw|shm, absolute path). The host's CUDA toolkit libraries are hidden: a cell loads the CUDA its
+        torch ships, or none, as in a container."""
+        return [("hide", path) for path in host_cuda_dirs()] + Sandbox.holes(writable)
+
+    @staticmethod
+    def holes(writable: Sequence[Path]) -> list[tuple[str, str]]:
+        """What a cell may write in a read-only world: its writable paths and an empty /dev/shm of its own.
+        A forkserver's cell makes only these: it starts from its server's namespace, read-only already."""
+        return [("rw", path) for path in _existing(writable)] + [("shm", SHM)]
 
     def returncode(self, code: int) -> int:
         """The cell's own exit code: the init's 128+N is death by signal N (negative, like subprocess's)."""
@@ -126,14 +167,16 @@ def detect() -> Sandbox:
         return Sandbox("none", f"{', '.join(missing)} not found (util-linux)")
     probe = Sandbox("namespaces")
     with tempfile.TemporaryDirectory(prefix="harness-sandbox-") as tmp:
-        # succeeds only where the sandbox starts *and* a protected path refuses a write
-        argv = probe.wrap(["sh", "-c", f"! touch {tmp}/written 2>/dev/null"], [Path(tmp)], [])
+        # succeeds only where the sandbox starts *and* the filesystem outside a cell's holes refuses a write
+        argv = probe.wrap(["sh", "-c", f"! touch {tmp}/written 2>/dev/null"], [])
         try:
             proc = subprocess.run(argv, capture_output=True, text=True, timeout=30)
         except (OSError, subprocess.TimeoutExpired) as exc:
             return Sandbox("none", f"the sandbox did not start: {exc}")
     if proc.returncode != 0:
         detail = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        if proc.returncode == SETUP_FAILED:  # namespaces made, but the world could not be made read-only
+            return Sandbox("none", f"the sandbox could not make its mounts ({detail})")
         return Sandbox("none", f"the kernel refused the namespaces ({detail})")
     return probe
 
@@ -162,14 +205,3 @@ def host_cuda_dirs() -> tuple[str, ...]:
             if directory not in SYSTEM_LIBRARY_DIRS and not os.path.exists(os.path.join(directory, "libc.so.6")):
                 found.add(directory)
     return tuple(sorted(found))
-
-
-@functools.cache
-def uv_cache_dir() -> Path | None:
-    """uv's cache, whose files the envs hardlink (writing one changes every env of that release)."""
-    try:
-        out = commands.run([uv_binary(), "cache", "dir"], timeout=30).stdout.strip().splitlines()
-    except (CommandError, OSError) as exc:  # the cell still runs; only this path goes unprotected
-        log.warning("uv's cache directory not found, so not protected from cells: %s", exc)
-        return None
-    return Path(out[-1]) if out else None

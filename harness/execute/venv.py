@@ -160,8 +160,8 @@ class VenvBackend(Executor):
         self.sandbox = sandbox.detect()
         if not self.sandbox.isolated:
             log.warning(
-                "cells run without the sandbox (%s): a cell can write into the envs and builds others use "
-                "(each is verified after a failing cell) and a process it detaches can outlive it",
+                "cells run without the sandbox (%s): a cell can write wherever this user can (the envs and builds "
+                "others use are verified after a failing cell) and a process it detaches can outlive it",
                 self.sandbox.reason,
             )
 
@@ -171,19 +171,6 @@ class VenvBackend(Executor):
             assert env is not None, "the venv backend runs every runtime from its env"
             handles[runtime] = RuntimeHandle.of_env(runtime, env)
         return handles
-
-    def protected(self, request: CellRequest) -> list[Path]:
-        """What a cell may read but never change: everything but its own output directory."""
-        env, extension = request.runtime.env, request.cell.build.extension
-        assert env is not None
-        return [
-            env.path.parents[1],  # the harness cache: every env and build
-            *([uv_cache] if (uv_cache := sandbox.uv_cache_dir()) else []),  # what the envs' files are hardlinks of
-            PROBE_DIR,
-            extension.root,
-            extension.tests,
-            request.out_dir.parents[1],  # the run's reports: other cells' files
-        ]
 
     def view(self, request: CellRequest) -> CellView:
         out = request.out_dir
@@ -200,7 +187,7 @@ class VenvBackend(Executor):
         tests = request.cell.build.extension.tests
         argv = pytest_argv(request.runtime.python, tests, out, cell_config(request, out))
         where = (
-            f"# in the harness sandbox: read-only {', '.join(map(str, self.protected(request)))}; writable {out}"
+            f"# in the harness sandbox: every mount read-only; writable only {out} and a private {sandbox.SHM}"
             + "".join(f"; hidden (the host's CUDA toolkit) {path}" for path in sandbox.host_cuda_dirs())
             if self.sandbox.isolated
             else f"# without the sandbox: {self.sandbox.reason}"
@@ -209,9 +196,7 @@ class VenvBackend(Executor):
         return CellView(tuple(argv), environ, request.site, out / "junit.xml", out / "probe.json", command)
 
     def start(self, request: CellRequest, view: CellView, stdout: CappedLog, stderr: CappedLog) -> Launched:
-        return Process.start(
-            view.argv, view.environ, request.out_dir, stdout, stderr, self.sandbox, self.protected(request)
-        )
+        return Process.start(view.argv, view.environ, request.out_dir, stdout, stderr, self.sandbox)
 
 
 class Process:
@@ -234,11 +219,10 @@ class Process:
         stdout: CappedLog,
         stderr: CappedLog,
         box: sandbox.Sandbox,
-        protected: Sequence[Path] = (),
     ) -> Process:
         log.debug("$ %s", commands.shell_line(list(argv), dict(environ), cwd))
         proc = processes.REGISTRY.popen(
-            box.wrap(argv, protected, [cwd]),
+            box.wrap(argv, [cwd]),
             cwd=cwd,
             env=dict(environ),
             stdout=subprocess.PIPE,
@@ -286,7 +270,6 @@ def run_process(
     out: Path,
     timeout: float,
     box: sandbox.Sandbox | None = None,
-    protected: Sequence[Path] = (),
 ) -> ProcessResult:
     """Run argv (in the sandbox, when given one) in its own process group, the way cells run, outside
     any run: stdout.log and stderr.log in out, capped; on timeout the whole group is killed."""
@@ -294,7 +277,7 @@ def run_process(
     stdout, stderr = CappedLog(out / "stdout.log"), CappedLog(out / "stderr.log")
     started = time.monotonic()
     try:
-        process = Process.start(argv, environ, out, stdout, stderr, box, protected)
+        process = Process.start(argv, environ, out, stdout, stderr, box)
         try:
             code, timed_out = supervise(process, timeout)
         finally:

@@ -72,10 +72,9 @@ def request(tmp_path: Path, cell: Cell, preload: tuple[Path, ...] = ()) -> CellR
 
 
 def test_a_preloading_request_runs_fresh_and_its_process_preloads_the_library(
-    tmp_path: Path, cells: dict[str, Cell], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, cells: dict[str, Cell]
 ) -> None:
     backend = ForkserverBackend()
-    monkeypatch.setattr(backend, "protected", lambda request: [])  # no env: what the sandbox keeps is not asked here
     cell = cells["stable_basic@b2.15.0~r2.15.0-cpu"]
     plain = request(tmp_path / "plain", cell)
     library = tmp_path / "interposer.so"
@@ -112,7 +111,6 @@ def test_every_default_cache_of_a_cell_is_inside_its_own_directory(
     """torch_extensions' lock left by one release's cell stopped the next ones (TIMEOUT broken) through the
     user's shared ~/.cache: HOME and every cache a suite or torch writes by default are the cell's own."""
     backend = ForkserverBackend()
-    monkeypatch.setattr(backend, "protected", lambda request: [])
     cell = cells["stable_basic@b2.15.0~r2.15.0-cpu"]
     first, second = request(tmp_path / "a", cell), request(tmp_path / "b", cell)
     caches = ("HOME", "XDG_CACHE_HOME", "TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")

@@ -1,6 +1,9 @@
 """The process runner on real processes (plain Python, no torch): timeouts leave nothing running."""
 
+import errno
 import os
+import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -8,6 +11,7 @@ from pathlib import Path
 import pytest
 from kit import processes_mentioning
 
+import harness
 from harness.execute import sandbox
 from harness.execute.venv import run_process
 
@@ -70,6 +74,30 @@ def test_this_host_runs_cells_in_the_sandbox() -> None:
     assert BOX.isolated, f"cells would run without the sandbox here: {BOX.reason}"
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can be refused namespaces on demand (CAP_SYS_ADMIN dropped)")
+def test_where_the_kernel_refuses_the_namespaces_cells_run_unisolated_and_the_run_says_why(tmp_path: Path) -> None:
+    """A real refusal: the harness as root without CAP_SYS_ADMIN (`unshare --mount` gets EPERM). The sandbox is
+    'none' with the kernel's reason, and a cell still runs (writing where it could not in the sandbox)."""
+    code = (
+        "import logging, pathlib, sys\n"
+        "from harness.execute import sandbox, venv\n"
+        "logging.basicConfig(stream=sys.stdout, format='%(levelname)s %(message)s')\n"
+        "venv.VenvBackend()\n"
+        "box = sandbox.detect()\n"
+        "print(box.kind)\n"
+        "cell = [sys.executable, '-c', 'import sys; open(sys.argv[1], \"w\")', sys.argv[1]]\n"
+        "print(venv.run_process(cell, {}, pathlib.Path(sys.argv[2]), 30, box).returncode)\n"
+    )
+    argv = ["setpriv", "--bounding-set=-sys_admin", "--inh-caps=-sys_admin", "--", sys.executable, "-c", code]
+    argv += [str(tmp_path / "outside"), str(tmp_path / "cell")]
+    (tmp_path / "cell").mkdir()
+    lines = subprocess.run(argv, capture_output=True, text=True, timeout=60).stdout.splitlines()
+    assert len(lines) == 3, lines
+    assert lines[0].startswith("WARNING cells run without the sandbox (the kernel refused the namespaces ("), lines
+    assert lines[1:] == ["none", "0"]
+    assert (tmp_path / "outside").exists()
+
+
 def test_in_the_sandbox_a_signal_death_is_still_a_negative_returncode(tmp_path: Path) -> None:
     code = "import os, signal; os.kill(os.getpid(), signal.SIGABRT)"
     execution = run_process([sys.executable, "-c", code], dict(os.environ), tmp_path, 30, BOX)
@@ -93,24 +121,80 @@ def test_E1_a_detached_child_does_not_outlive_its_cell(tmp_path: Path) -> None:
     assert processes_mentioning(marker) == []
 
 
-def test_in_the_sandbox_only_the_cells_own_directory_is_writable(tmp_path: Path) -> None:
+# Opens each path for writing (creating only what is missing) and writes nothing: if the sandbox failed,
+# an existing file (the harness's own package, say) is opened for append and closed untouched.
+TRY_WRITES = """
+import os, sys
+for path in sys.argv[1:]:
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_APPEND | (0 if os.path.exists(path) else os.O_CREAT)))
+        print("WROTE", path)
+    except OSError as exc:
+        print("REFUSED", path, exc.errno)
+"""
+
+
+def test_in_the_sandbox_only_the_cells_own_directory_and_its_own_dev_shm_are_writable(tmp_path: Path) -> None:
+    """V3: a passing test wrote into the installed harness package and $HOME. Now every mount is read-only
+    but the cell's directory (and a /dev/shm of its own, empty and gone with the cell)."""
     shared, out = tmp_path / "shared", tmp_path / "shared" / "reports" / "cell"
     out.mkdir(parents=True)
     (shared / "env.py").write_text("pristine\n")
-    script = (
-        "import pathlib, sys\n"
-        "for path in sys.argv[1:]:\n"
-        "    try:\n"
-        "        pathlib.Path(path).write_text('changed')\n"
-        "        print('WROTE', path)\n"
-        "    except OSError as exc:\n"
-        "        print('REFUSED', path, exc.errno)\n"
+    name = f"harness-sandbox-test-{os.getpid()}"
+    elsewhere = [
+        shared / "env.py",
+        shared / "new.pth",
+        Path(harness.__file__),
+        Path.home() / name,
+        Path("/tmp") / name,
+        Path("/var/tmp") / name,
+    ]
+    mine = [out / "mine.txt", Path("/dev/shm") / name]
+    execution = run_process(
+        [sys.executable, "-c", TRY_WRITES, *map(str, elsewhere + mine)], dict(os.environ), out, 30, BOX
     )
-    argv = [sys.executable, "-c", script, str(shared / "env.py"), str(shared / "new.pth"), str(out / "mine.txt")]
-    execution = run_process(argv, dict(os.environ), out, 30, BOX, [shared])
     lines = execution.stdout.read_text().splitlines()
-    assert lines == [f"REFUSED {shared / 'env.py'} 30", f"REFUSED {shared / 'new.pth'} 30", f"WROTE {out / 'mine.txt'}"]
-    assert (shared / "env.py").read_text() == "pristine\n"
+    try:
+        assert lines == [f"REFUSED {p} {errno.EROFS}" for p in elsewhere] + [f"WROTE {p}" for p in mine]
+        assert (shared / "env.py").read_text() == "pristine\n"
+        assert not (Path("/dev/shm") / name).exists(), "the cell's /dev/shm was the host's"
+    finally:
+        for path in (Path.home() / name, Path("/tmp") / name, Path("/var/tmp") / name, Path("/dev/shm") / name):
+            path.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("remount_all", ["util-linux", "a no-op"])
+def test_in_the_sandbox_a_submount_is_read_only_too(tmp_path: Path, remount_all: str) -> None:
+    """Not only `/`: a mount below it (here a fresh writable tmpfs, made in a mount namespace of this test's
+    own with a space in its path, as /proc/self/mountinfo escapes it) refuses the cell's writes as well;
+    also where `mount --all -o remount` remounts nothing (a mount(8) in front of util-linux's that ignores
+    `--all`): the init's line-by-line pass over mountinfo alone makes every mount read-only."""
+    submount, out = tmp_path / "a mount", tmp_path / "cell"
+    submount.mkdir()
+    out.mkdir()
+    environ = dict(os.environ)
+    if remount_all == "a no-op":
+        fake = tmp_path / "bin" / "mount"
+        fake.parent.mkdir()
+        fake.write_text(f'#!/bin/sh\n[ "$1" = --all ] && exit 0\nexec {shutil.which("mount")} "$@"\n')
+        fake.chmod(0o755)
+        environ["PATH"] = f"{fake.parent}{os.pathsep}{environ['PATH']}"
+    unshare = ["unshare", "--mount"] if os.geteuid() == 0 else ["unshare", "--user", "--map-root-user", "--mount"]
+    cell = (
+        "import os, subprocess, sys\n"
+        "from pathlib import Path\n"
+        "from harness.execute import sandbox\n"
+        "argv = [sys.executable, '-c', sys.argv[1], sys.argv[2], sys.argv[3]]\n"
+        "wrapped = sandbox.Sandbox('namespaces').wrap(argv, [Path(sys.argv[3]).parent])\n"
+        "raise SystemExit(subprocess.run(wrapped).returncode)\n"
+    )
+    script = 'mount -t tmpfs harness-test "$1" && touch "$1/host-writes" && shift && exec "$@"'
+    argv = [*unshare, "sh", "-c", script, "sh", str(submount), sys.executable, "-c", cell, TRY_WRITES]
+    proc = subprocess.run(
+        [*argv, str(submount / "x"), str(out / "mine.txt")], capture_output=True, text=True, timeout=60, env=environ
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [f"REFUSED {submount / 'x'} {errno.EROFS}", f"WROTE {out / 'mine.txt'}"]
 
 
 def test_E3_a_cells_output_is_capped_and_it_still_finishes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

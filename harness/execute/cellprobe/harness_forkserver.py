@@ -10,8 +10,9 @@ ended (CODE as subprocess gives it: negative for a signal) and closes the reply 
 file on the control socket ends the server and every cell it still has.
 
 A cell in the sandbox (the request's ``mounts``) gets what a fresh sandboxed cell gets from
-``harness.execute.sandbox``: new mount and PID namespaces, the protected paths bound read-only and the
-cell's own directory writable, every capability dropped; pytest runs as the child of a small
+``harness.execute.sandbox``: new mount and PID namespaces, a copy of the server's world where every
+mount is read-only already, then its holes: the cell's own directory bound writable and an empty
+tmpfs of its own on /dev/shm; every capability dropped; pytest runs as the child of a small
 init (PID 1 of the new namespace) whose exit ends whatever the cell left behind, and a death by
 signal N is reported as exit 128+N, as the fresh sandbox's init reports it.
 """
@@ -75,10 +76,14 @@ def _mount(source: str | None, target: str, flags: int, fstype: str | None = Non
 
 
 def _bind(path: str, mode: str) -> None:
-    """Bind path onto itself read-only or writable, keeping the flags a user namespace locks; or hide
-    it under an empty read-only tmpfs (mode `hide`), as the fresh sandbox's init does."""
+    """Bind path onto itself read-only or writable, keeping the flags a user namespace locks; hide it
+    under an empty read-only tmpfs (mode `hide`); or mount an empty tmpfs of the cell's own there (mode
+    `shm`), as the fresh sandbox's init does."""
     if mode == "hide":
         _mount("harness-hidden", path, MS_RDONLY, "tmpfs", "size=4k,mode=555")
+        return
+    if mode == "shm":
+        _mount("harness-shm", path, MS_NOSUID | MS_NODEV, "tmpfs", "mode=1777")
         return
     _mount(path, path, MS_BIND)
     kept = os.statvfs(path).f_flag
