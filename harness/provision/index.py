@@ -166,7 +166,8 @@ def fetch(url: str, timeout: float, accept: str, limit: int) -> tuple[bytes, str
 
     Credentials as pip and uv take them: a URL's user:password@ (remembered for its host, so a page's
     files and their metadata on that host get them too), else the netrc entry of the host ($NETRC or
-    ~/.netrc). They travel as a Basic Authorization header, dropped on a redirect to another host, and
+    ~/.netrc), else the keyring's credential for the URL when the optional `keyring` package is installed
+    (`pip install 'torch-abi-harness[keyring]'`, pip's and uv's keyring provider). They travel as a Basic Authorization header, dropped on a redirect to another host, and
     every URL in a message or log has its secret replaced by ****."""
     plain, credentials = _credentials(url)
     log.debug("GET %s", plain)
@@ -186,7 +187,8 @@ _REMEMBERED: dict[str, tuple[str, str]] = {}  # host[:port] -> credentials an in
 
 
 def _credentials(url: str) -> tuple[str, tuple[str, str] | None]:
-    """The URL without its userinfo, and the credentials for its host (its own, remembered, or netrc's)."""
+    """The URL without its userinfo, and the credentials for its host (its own, remembered, netrc's or the
+    keyring's)."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https"):
         return url, None
@@ -195,7 +197,10 @@ def _credentials(url: str) -> tuple[str, tuple[str, str] | None]:
         found = (urllib.parse.unquote(parts.username), urllib.parse.unquote(parts.password or ""))
         _REMEMBERED[host] = found
         return urllib.parse.urlunsplit(parts._replace(netloc=host)), found
-    return url, _REMEMBERED.get(host) or _from_netrc(parts.hostname or "")
+    found = _REMEMBERED.get(host) or _from_netrc(parts.hostname or "") or _from_keyring(url)
+    if found is not None:
+        _REMEMBERED.setdefault(host, found)  # a page's files on that host: no keyring or netrc read per file
+    return url, found
 
 
 def _from_netrc(hostname: str) -> tuple[str, str] | None:
@@ -208,6 +213,21 @@ def _from_netrc(hostname: str) -> tuple[str, str] | None:
         log.warning("%s: not read (%s)", path, exc)
         return None
     return (entry[0], entry[2] or "") if entry else None
+
+
+def _from_keyring(url: str) -> tuple[str, str] | None:
+    """keyring.get_credential(url, None), as pip asks it for an index URL without userinfo; nothing when the
+    optional package is not installed or its backend fails (a locked or absent desktop keyring)."""
+    try:
+        import keyring  # optional: only where `[keyring]` is installed; a missing one costs nothing
+    except ImportError:
+        return None
+    try:
+        credential = keyring.get_credential(url, None)
+    except Exception as exc:  # any backend's failure: listed without credentials, and logged
+        log.warning("keyring: no credential for %s (%s: %s)", redact(url), type(exc).__name__, exc)
+        return None
+    return (credential.username, credential.password) if credential is not None else None
 
 
 class _SameHostAuth(urllib.request.HTTPRedirectHandler):

@@ -1,12 +1,16 @@
-"""A private package index: credentials in its URL or in netrc are used for listing, and no secret is ever
+"""A private package index: credentials in its URL, in netrc or in the keyring are used for listing, and no secret is ever
 printed. The index is a real HTTP server on the loopback interface that demands Basic auth."""
 
 import base64
 import http.server
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import keyring
+import keyring.backend
+import keyring.credentials
+import keyring.errors
 import pytest
 
 from harness.core.errors import CommandError, InfrastructureError
@@ -98,3 +102,75 @@ def test_commands_and_sources_print_no_secret() -> None:
     error = CommandError(["uv", "pip", "install", *sources.uv_args()], 1, None, f"GET {sources.uv_args()[1]}: 401")
     assert TOKEN not in str(error)
     assert sources.uv_args()[1].endswith(f"{TOKEN}@example.org/simple"), "uv itself still gets the credentials"
+
+
+class MemoryKeyring(keyring.backend.KeyringBackend):
+    """A real keyring backend that keeps its passwords in this process: what a system keyring answers."""
+
+    priority = 1.0
+
+    def __init__(self, entries: dict[tuple[str, str], str] | None = None) -> None:
+        super().__init__()
+        self.entries = dict(entries or {})
+        self.asked: list[str] = []
+
+    def get_password(self, service: str, username: str) -> str | None:
+        return self.entries.get((service, username))
+
+    def set_password(self, service: str, username: str, password: str) -> None:
+        self.entries[service, username] = password
+
+    def delete_password(self, service: str, username: str) -> None:
+        del self.entries[service, username]
+
+    def get_credential(self, service: str, username: str | None) -> keyring.credentials.Credential | None:
+        self.asked.append(service)
+        for (known, user), password in self.entries.items():
+            if known == service and username in (None, user):
+                return keyring.credentials.SimpleCredential(user, password)
+        return None
+
+
+class BrokenKeyring(MemoryKeyring):
+    def get_credential(self, service: str, username: str | None) -> keyring.credentials.Credential | None:
+        raise keyring.errors.KeyringLocked("the keyring is locked")
+
+
+@pytest.fixture
+def system_keyring() -> Iterator[Callable[[keyring.backend.KeyringBackend], None]]:
+    before = keyring.get_keyring()
+    yield keyring.set_keyring
+    keyring.set_keyring(before)
+
+
+def test_the_keyring_gives_the_credentials_of_a_url_without_them(
+    private_index: str,
+    system_keyring: Callable[[keyring.backend.KeyringBackend], None],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """pip's keyring provider: keyring.get_credential(index URL, None) when neither the URL nor netrc has them."""
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    url = f"http://{private_index}/simple"
+    system_keyring(MemoryKeyring())
+    with pytest.raises(InfrastructureError, match="HTTP 401"):
+        list_source(Source(SourceKind.INDEX, url), timeout=10)
+    backend = MemoryKeyring({(f"{url}/torch/", USER): TOKEN, (url, USER): TOKEN})
+    system_keyring(backend)
+    (listed,) = list_source(Source(SourceKind.INDEX, url), timeout=10)
+    assert listed.filename == WHEEL and TOKEN not in listed.url
+    assert backend.asked and all(TOKEN not in asked for asked in backend.asked)
+
+
+def test_a_failing_keyring_lists_without_credentials_and_says_so(
+    private_index: str,
+    system_keyring: Callable[[keyring.backend.KeyringBackend], None],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    system_keyring(BrokenKeyring())
+    with pytest.raises(InfrastructureError, match="HTTP 401"):
+        list_source(Source(SourceKind.INDEX, f"http://{private_index}/simple"), timeout=10)
+    assert "keyring: no credential for" in caplog.text and "KeyringLocked" in caplog.text
