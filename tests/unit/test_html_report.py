@@ -1,7 +1,9 @@
 """report.html without a browser: self-contained, every cell in the grid once, hostile text kept inert, log tails
 read safely, the diff and gate sections when their files lie beside it. (tests/browser drives it in Chromium.)"""
 
+import base64
 import dataclasses
+import hashlib
 import html
 import json
 import re
@@ -82,6 +84,18 @@ def test_hostile_text_stays_text(tmp_path: Path) -> None:
     text = render(dataclasses.replace(run, cells=cells))
     assert evil not in text and "<script>alert" not in text
     assert json.loads(Page(text).data)[0]["reason"] == evil  # escaped in the page, whole in the details
+
+
+def test_the_page_runs_only_its_own_script_by_its_content_security_policy() -> None:
+    """A second line of defence behind escaping: only the template's own script (by its hash) may run, nothing
+    is fetched; a script a cell's text would bring, had escaping missed it, has another hash."""
+    text = render(synthetic_run(3))
+    (policy,) = re.findall(r'<meta http-equiv="Content-Security-Policy" content="([^"]*)">', text)
+    (script,) = re.findall(r"<script>(.*?)</script>", text, re.DOTALL)
+    digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
+    assert f"script-src 'sha256-{digest}';" in policy and policy.count("sha256-") == 1
+    assert "default-src 'none'" in policy and "unsafe-inline" not in policy.split("script-src")[1]
+    assert report_html.content_security_policy("<p>no script</p>").count("script-src 'none'") == 1
 
 
 def test_log_tails_are_cut_and_never_followed_through_a_link(tmp_path: Path) -> None:
