@@ -39,6 +39,7 @@ from harness.results.known_breaks import Outcome, State, outcomes
 from harness.results.model import CellResult, RunResult
 from harness.results.release_evidence import HeaderClaim, OpEvidence, probe_cells
 from harness.static.abi_diff import AbiDiff
+from harness.static.manifest import open_torch_wheel
 from harness.verdict import Verdict
 
 GATE_JSON_VERSION = 2  # 2: headers, probe_cells, op_schemas, counts, removed_exports, broken_cells, timings
@@ -397,8 +398,10 @@ def _matrix_evidence(run: RunResult, candidate: str, diff: RunDiff | None) -> li
 
 def candidate_ref(candidate: str, wheel: Path | None, find_links: Sequence[str], releases: Sequence[str]) -> str:
     """What abi-diff compares the previous release with: the given wheel, else the candidate's wheel in a
-    --find-links directory, else the manifest's release of that version."""
+    --find-links directory, else the manifest's release of that version. A given wheel is checked here,
+    before any work: a text file or a zip that is no torch wheel is bad input naming the file."""
     if wheel is not None:
+        open_torch_wheel(wheel).close()
         return str(wheel)
     for folder in find_links:
         found = sorted(Path(folder).glob(f"torch-{candidate}-*.whl")) + sorted(

@@ -159,19 +159,26 @@ def _device_of(header: str) -> str | None:
     return match[1] if match and match[1] != "mkldnn" else None
 
 
-def scan_wheel(path: Path) -> ReleaseScan:
-    """Headers and library exports of one torch wheel, read from the zip (nothing is installed). A file that is
-    not a zip, or a wheel of another project, is the user's bad input (BadInputError), named as such."""
+def open_torch_wheel(path: Path) -> zipfile.ZipFile:
+    """The zip of a torch wheel; a file that is not a zip, or a wheel without torch/version.py, is the user's
+    bad input (BadInputError) naming the file and what it is not. `gate` checks its --candidate-wheel so,
+    before any work."""
     try:
         wheel = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError) as exc:
         raise BadInputError(f"{path}: not a wheel ({exc}); pass a torch wheel (torch-X.Y.Z-...whl)") from exc
-    with wheel:
+    if "torch/version.py" not in wheel.namelist():
+        wheel.close()
+        raise BadInputError(f"{path}: not a torch wheel (it has no torch/version.py); pass a torch wheel")
+    return wheel
+
+
+def scan_wheel(path: Path) -> ReleaseScan:
+    """Headers and library exports of one torch wheel, read from the zip (nothing is installed). A file that is
+    not a zip, or a wheel of another project, is the user's bad input (BadInputError), named as such."""
+    with open_torch_wheel(path) as wheel:
         names = wheel.namelist()
-        version_file = next((n for n in names if n == "torch/version.py"), None)
-        if version_file is None:
-            raise BadInputError(f"{path}: not a torch wheel (it has no torch/version.py); pass a torch wheel")
-        raw = re.search(r"__version__\s*=\s*['\"]([^'\"+]+)", wheel.read(version_file).decode())
+        raw = re.search(r"__version__\s*=\s*['\"]([^'\"+]+)", wheel.read("torch/version.py").decode())
         release = raw[1] if raw else path.name.split("-")[1]
         declarations: dict[str, Declaration] = {}
         for member in sorted(names):

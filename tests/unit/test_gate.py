@@ -3,6 +3,7 @@
 import dataclasses
 import datetime
 import json
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -232,7 +233,13 @@ def test_the_previous_release_is_the_newest_runtime_below_the_candidate() -> Non
 
 def test_abi_diff_compares_with_the_given_wheel_else_one_in_find_links_else_the_release(tmp_path: Path) -> None:
     given = tmp_path / "given.whl"
+    with zipfile.ZipFile(given, "w") as wheel:
+        wheel.writestr("torch/version.py", "__version__ = '2.15.0'\n")
     assert candidate_ref("2.15.0", given, [], []) == str(given)
+    text = tmp_path / "notes.whl"
+    text.write_text("not a zip\n")
+    with pytest.raises(BadInputError, match=f"{text}: not a wheel"):  # checked before any work
+        candidate_ref("2.15.0", text, [], [])
     empty, local, variant = tmp_path / "empty", tmp_path / "local", tmp_path / "variant"
     for folder in (empty, local, variant):
         folder.mkdir()
