@@ -167,8 +167,9 @@ def fetch(url: str, timeout: float, accept: str, limit: int) -> tuple[bytes, str
     Credentials as pip and uv take them: a URL's user:password@ (remembered for its host, so a page's
     files and their metadata on that host get them too), else the netrc entry of the host ($NETRC or
     ~/.netrc), else the keyring's credential for the URL when the optional `keyring` package is installed
-    (`pip install 'torch-abi-harness[keyring]'`, pip's and uv's keyring provider). They travel as a Basic Authorization header, dropped on a redirect to another host, and
-    every URL in a message or log has its secret replaced by ****."""
+    (`pip install 'torch-abi-harness[keyring]'`, as pip's keyring provider). They travel as a Basic
+    Authorization header, dropped on a redirect to another host, and every URL in a message or log has its
+    secret replaced by ****."""
     plain, credentials = _credentials(url)
     log.debug("GET %s", plain)
     headers = {"Accept": accept, "User-Agent": f"torch-abi-harness/{__version__}"}
@@ -194,9 +195,9 @@ def _credentials(url: str) -> tuple[str, tuple[str, str] | None]:
         return url, None
     host = parts.netloc.rpartition("@")[2]
     if parts.username is not None:
-        found = (urllib.parse.unquote(parts.username), urllib.parse.unquote(parts.password or ""))
-        _REMEMBERED[host] = found
-        return urllib.parse.urlunsplit(parts._replace(netloc=host)), found
+        given = (urllib.parse.unquote(parts.username), urllib.parse.unquote(parts.password or ""))
+        _REMEMBERED[host] = given
+        return urllib.parse.urlunsplit(parts._replace(netloc=host)), given
     found = _REMEMBERED.get(host) or _from_netrc(parts.hostname or "") or _from_keyring(url)
     if found is not None:
         _REMEMBERED.setdefault(host, found)  # a page's files on that host: no keyring or netrc read per file
