@@ -73,7 +73,7 @@ def faults(session: nox.Session) -> None:
     if session.posargs:  # a part of the catalogue: its table only
         session.run("python", "tests/faults/table.py", str(table))
     else:  # the whole catalogue: the table, kept in docs/data/faults.json and docs/results/fault-table.md
-        session.run("python", "tools/docs_faults.py", str(table))
+        session.run("python", "tools/docs_faults.py", "--all", str(table))
 
 
 @nox.session(default=False)

@@ -2,7 +2,12 @@
 (no env made, nothing built: the cache stays empty)."""
 
 import os
+import resource
 import shutil
+import subprocess
+import sys
+import time
+import zipfile
 
 import pytest
 from kit import harness, harness_in_mount_namespace, observed
@@ -46,13 +51,92 @@ def test_A4_a_binary_extension_yaml_is_bad_input_naming_the_file(workspace, cata
 
 @pytest.mark.parametrize(
     "probe, option, value",
-    [("A16", "--timeout", "0"), ("A17", "--timeout", "-1"), ("A18", "-j", "0"), ("A18b", "--timeout", "soon")],
+    [
+        ("A16", "--timeout", "0"),
+        ("A17", "--timeout", "-1"),
+        ("A17b", "--timeout", "1e308"),
+        ("A18", "-j", "0"),
+        ("A18b", "--timeout", "soon"),
+    ],
 )
 def test_a_numeric_option_out_of_range_is_a_usage_error(workspace, catalogue, probe, option, value) -> None:
     """A16: --timeout 0 was silently ignored; A17: --timeout -1 made every cell TIMEOUT, 'broken', exit 1;
-    A18: -j 0 was exit 3."""
+    A17b: --timeout 1e308 overflowed the cell's deadline; A18: -j 0 was exit 3."""
     result = workspace.run(option, value)
-    _refused(workspace, catalogue, probe, f"run {option} {value}", result, f"{option}", repr(value))
+    named = ("at most 604800",) if probe == "A17b" else ()
+    _refused(workspace, catalogue, probe, f"run {option} {value}", result, f"{option}", repr(value), *named)
+
+
+@pytest.mark.parametrize("quoted", [False, True], ids=["K1", "K1b"])
+def test_K1_an_expiry_that_is_no_date_is_bad_input_naming_the_entry(workspace, catalogue, quoted: bool) -> None:
+    """K1: YAML reads an unquoted 2026-02-30 as a timestamp and its constructor raised: an internal error."""
+    expires = "'2026-02-30'" if quoted else "2026-02-30"
+    workspace.write_matrix(
+        "  - extension: probe_ext\n    torch: 2.13.0\n    target: '2.10'\n",
+        extra=f"known_breaks:\n  - {{name: feb, cells: probe_ext, reason: r, link: l, expires: {expires}}}\n",
+    )
+    result = workspace.run()
+    probe = "K1b" if quoted else "K1"
+    _refused(workspace, catalogue, probe, f"known_breaks: expires: {expires}", result, "known_breaks[0].expires")
+    assert "2026-02-30" in result.stdout and "YYYY-MM-DD" in result.stdout
+
+
+def _bounded(workspace, *args: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    """The CLI with at most 1 GiB of address space and 60 s: a fan-out that allocated per shard fails either."""
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "harness", *args],
+        cwd=workspace.root,
+        env=workspace.env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        timeout=60,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (2**30, 2**30)),
+    )
+    return result, time.monotonic() - started
+
+
+@pytest.mark.parametrize(
+    "probe, args, named",
+    [
+        ("S2", ["run", "--shard", "1/99999999999"], "at most 256 shards"),
+        ("S3", ["plan", "--shards", "3000000", "--json"], "at most 256 shards"),
+        ("S3b", ["plan", "--shards", "1000"], "at most 256 shards"),
+        ("S3c", ["plan", "--shards", "12", "--json"], "--shards 12 for 11 selected cell(s)"),
+    ],
+)
+def test_a_fan_out_beyond_its_cap_is_refused_at_once(workspace, catalogue, probe, args, named) -> None:
+    """S2/S3: `--shard 1/99999999999` and `plan --shards 3000000` ran for minutes and gigabytes before; a fan-out
+    wider than the cells it splits made empty jobs. Eleven cells: eleven extensions of one build each."""
+    names = [f"ext_{n:02d}" for n in range(11)]
+    for name in names:
+        workspace.add_extension(name)
+    workspace.write_matrix("".join(f"  - extension: {n}\n    torch: 2.13.0\n    target: '2.10'\n" for n in names))
+    fixed = ["--matrix", str(workspace.matrix)] if args[0] == "plan" else workspace.args()[1:]
+    result, seconds = _bounded(workspace, args[0], *fixed, *args[1:])
+    what = f"{' '.join(args)} on 11 cells"
+    expected = f"exit 2 at once (in 1 GiB, in seconds) saying {named!r}"
+    catalogue(probe, what, expected, f"exit {result.returncode} in {seconds:.1f} s")
+    assert result.returncode == 2, result.stdout
+    assert named in result.stdout, result.stdout
+    assert seconds < 30 and _no_work(workspace)
+
+
+@pytest.mark.parametrize("kind", ["G4", "G4b"])
+def test_G4_a_candidate_wheel_that_is_no_torch_wheel_is_refused_before_any_work(workspace, catalogue, kind) -> None:
+    """G4: gate made the candidate's env and audited its headers before abi-diff found the wheel unreadable."""
+    wheel = workspace.root / "torch-2.16.0-cp311-cp311-linux_x86_64.whl"
+    if kind == "G4":
+        wheel.write_text("release notes, not a wheel\n")
+    else:
+        with zipfile.ZipFile(wheel, "w") as archive:
+            archive.writestr("six.py", "x = 1\n")
+    args = ["gate", *workspace.args()[1:], "--candidate", "2.16.0", "--candidate-wheel", str(wheel)]
+    result = harness(*args, cwd=workspace.root, env=workspace.env, timeout=300)
+    what = "not a wheel" if kind == "G4" else "not a torch wheel"
+    fault = "a text file" if kind == "G4" else "a zip holding six.py"
+    _refused(workspace, catalogue, kind, f"gate --candidate-wheel given {fault}", result, str(wheel), what)
 
 
 def test_A21_a_reports_dir_that_is_a_file(workspace, catalogue) -> None:

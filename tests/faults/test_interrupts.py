@@ -3,11 +3,16 @@ files say agrees with the run's report."""
 
 import json
 import os
+import re
 import signal
 import time
+from pathlib import Path
 
 import pytest
-from kit import processes_mentioning
+import yaml
+from kit import processes_mentioning, start_harness
+
+from harness.mutate.catalogue import load_catalogue
 
 SLEEPS = """
 import time
@@ -86,3 +91,56 @@ def test_an_interrupt_during_env_creation_stops_uv_at_once_and_leaves_nothing(
     assert proc.returncode == 3, out
     assert stopped < 10, f"took {stopped:.1f} s to stop"
     assert left == []
+
+
+MUTATE_MATRIX = Path(__file__).parents[2] / "matrix.yaml"
+MUTATE_CELL = "stable_basic@b2.15.0-t2.14~r2.15.0-cpu"  # as tests/integration/test_mutate_cells.py: built and cached
+
+
+def _forwarding_catalogue(path: Path, count: int) -> Path:
+    """The sentinel and `count` mutants that only forward (each a real mutant cell running the whole suite)."""
+    sentinel = next(m for m in load_catalogue().mutants if m.sentinel)
+    entries = [
+        {"id": sentinel.id, "function": list(sentinel.functions), "convention": sentinel.convention,
+         "does": sentinel.does, "body": sentinel.body, "sentinel": True},
+        *({"id": f"noop.forward_{n}", "function": "aoti_torch_get_numel", "convention": "tensor-metadata",
+           "does": "forwards unchanged", "body": f"harness::hit();\n// {n}\nreturn REAL(ARGS);\n"}
+          for n in range(count)),
+    ]  # fmt: skip
+    path.write_text(yaml.safe_dump({"schema_version": 1, "mutants": entries}))
+    return path
+
+
+def test_MU2_ctrl_c_during_mutate_keeps_the_mutant_cells_that_finished(tmp_path: Path, catalogue) -> None:
+    """MU2: before, Ctrl-C during `mutate` lost every finished mutant cell (no mutation.json). Now: SIGINT to
+    the process group after two mutant cells finished: exit 3, mutation.json and .md with those cells and
+    `interrupted: true`, the message counting them."""
+    reports = tmp_path / "reports"
+    mutants = _forwarding_catalogue(tmp_path / "catalogue.yaml", 6)
+    proc = start_harness(
+        "mutate", "--matrix", MUTATE_MATRIX, "-k", MUTATE_CELL, "--catalogue", mutants, "-j", "1",
+        "--reports-dir", reports, cwd=tmp_path, session=True,
+    )  # fmt: skip
+    # A mutant cell's junit.xml is its suite's end; with -j 1 the third's means the first two were recorded.
+    ended = lambda: [p for p in reports.glob(f"*/cells/*~{MUTATE_CELL}/junit.xml") if "baseline" not in str(p)]  # noqa: E731
+    _wait_for(lambda: len(ended()) >= 3 or proc.poll() is not None, "three mutant cells ended", timeout=600)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    (run_dir,) = reports.iterdir()
+    report = json.loads((run_dir / "mutation.json").read_text())
+    done = [c["mutant"] for c in report["cells"]]
+    counted = re.search(r"interrupted after (\d+) of (\d+) mutant cell\(s\)", out)
+    catalogue(
+        "MU2",
+        "Ctrl-C (SIGINT to the process group) during `mutate` once 2 or 3 of its 7 mutant cells finished",
+        "exit 3; mutation.json/md keep the finished cells, interrupted: true; the message counts them",
+        f"exit {proc.returncode}; interrupted: {report['interrupted']}; cells kept: {len(done)}; "
+        f"message: {counted[0] if counted else 'none'}",
+    )
+    assert proc.returncode == 3, out
+    assert report["interrupted"] is True
+    assert len(done) >= 2 and len(done) < 7, done
+    assert counted is not None and int(counted[1]) == len(done) and int(counted[2]) == 7, out
+    assert all(f"`{m}`" in (run_dir / "mutation.md").read_text() for m in done)
+    assert "keep the mutant cells that finished" in out
+    assert not processes_mentioning(str(run_dir))

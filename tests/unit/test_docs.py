@@ -66,7 +66,20 @@ def test_the_fault_table_is_the_fault_rows_rendered() -> None:
         page="docs/results/fault-table.md", command="python tools/docs_faults.py"
     )
     assert {row["probe"] for row in data["rows"]} >= {"A3", "B3", "D1", "E7/E8", "G1", "held-locks"}
-    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", data["measured"])
+    assert all(re.fullmatch(r"\d{4}-\d{2}-\d{2}", row["measured"]) for row in data["rows"])
+
+
+def test_rows_of_some_probes_are_merged_and_the_whole_catalogue_replaces_every_row() -> None:
+    """`python tools/docs_faults.py ROWS` after one test file: its probes measured again, the others kept as
+    they were measured; `--all` (nox -s faults, the whole tier) keeps only what it measured."""
+    merged = tool("docs_faults").merged
+    row = {"fault": "f", "expected": "e", "observed": "o"}
+    stored = [{"probe": "A3", **row, "measured": "2026-01-01"}, {"probe": "M8", **row, "measured": "2026-01-01"}]
+    new = [{"probe": "M8", **row, "observed": "again", "test": "t"}, {"probe": "K1", **row, "test": "t"}]
+    rows = merged(stored, new, whole=False)
+    assert [(r["probe"], r["observed"]) for r in rows] == [("A3", "o"), ("M8", "again"), ("K1", "o")]
+    assert rows[0]["measured"] == "2026-01-01" and rows[1]["measured"] != "2026-01-01" and "test" not in rows[1]
+    assert [r["probe"] for r in merged(stored, new, whole=True)] == ["M8", "K1"]
 
 
 def test_the_fault_table_is_rendered_by_the_fault_tier_renderer() -> None:

@@ -1,5 +1,5 @@
-"""A private package index: credentials in its URL, in netrc or in the keyring are used for listing, and no secret is ever
-printed. The index is a real HTTP server on the loopback interface that demands Basic auth."""
+"""A private package index: credentials in its URL, in netrc or in the keyring are used for listing, and no
+secret is ever printed. The index is a real HTTP server on the loopback interface that demands Basic auth."""
 
 import base64
 import http.server
