@@ -152,7 +152,7 @@ def test_M10_a_cells_hostile_text_is_escaped_in_every_markdown(shards: Shards, t
         "M10",
         "a cell's reason and failing test hold `<script>`, `<img onerror>`, ESC bytes, a `javascript:` link; "
         "`merge --baseline` writes summary.md and diff.md",
-        "escaped in every Markdown the harness writes (gate.md: unit tier, test_hostile_inputs)",
+        "escaped in every Markdown the harness writes (gate.md: M10b)",
         f"exit {result.returncode}; raw in: {raw}",
     )
     assert result.returncode == 1, result.stdout  # the tampered cell is a new break
@@ -181,3 +181,36 @@ def test_M7_shards_from_a_checkout_whose_test_changed_are_refused(shards: Shards
     assert "they differ in: extension probe_ext (" in out, result.stdout
     assert "bystander" not in out.split("they differ in:")[1]
     assert not (tmp_path / "merged" / "latest").exists()
+
+
+HOSTILE_TEST = """
+import pytest
+from @NS@ import ops
+
+@pytest.mark.parametrize("text", ["<script>alert(1)</script> <img src=x onerror=alert(2)> [x](javascript:alert(3))"])
+def test_answer(text):
+    assert ops.answer() == 42, text
+"""
+
+
+@pytest.mark.usefixtures("shared_cache")
+def test_M10b_a_failing_tests_hostile_id_is_escaped_in_gate_md(workspace, catalogue) -> None:
+    """M10b: gate.md is written by `gate` alone, from the run it makes: a real test whose id holds <script>,
+    <img onerror> and a javascript: link fails on the candidate (one cell: -k)."""
+    workspace.add_extension("hostile_ids", HOSTILE_TEST)
+    workspace.write_matrix("  - extension: hostile_ids\n    torch: 2.13.0\n    target: '2.10'\n")
+    cell = "hostile_ids@b2.13.0-t2.10~r2.13.0"
+    args = ["gate", *workspace.args()[1:], "--candidate", "2.13.0", "--previous", "2.12.1", "-k", cell]
+    result = harness(*args, cwd=workspace.root, env=workspace.env, timeout=900)
+    text = ((workspace.reports / "latest").resolve() / "gate.md").read_text()
+    raw = [bad for bad in ("<script>", "<img") if bad in text]
+    raw += ["a javascript: link"] if re.search(r"(?<!\\)\]\(javascript:", text) else []
+    catalogue(
+        "M10b",
+        "a failing test's id holds `<script>`, `<img onerror>`, a `javascript:` link; `gate` writes gate.md",
+        "escaped in gate.md (posted to a CI job summary); NO-GO",
+        f"exit {result.returncode}; raw in gate.md: {raw or 'none'}",
+    )
+    assert result.returncode == 1, result.stdout
+    assert cell in text.replace("\\~", "~") and "alert(1)" in text, text
+    assert not raw, text
