@@ -222,4 +222,7 @@ def test_an_entry_names_cells_or_symbols_or_both_and_one_of_them_is_required(tmp
     path.write_text(MATRIX + "  - {name: a, reason: r, link: l, expires: 2026-12-31}\n")
     with pytest.raises(ConfigError) as caught:
         load_matrix(path)
-    assert caught.value.problems and "known_breaks[0]" in caught.value.problems[0]
+    assert caught.value.problems == [
+        "line 9: known_breaks[0]: 'a' acknowledges nothing: give `cells:` (selectors as -k takes them) or "
+        "`symbols:` (symbol names, * ? [...] wildcards), or both"
+    ]
