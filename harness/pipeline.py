@@ -70,7 +70,7 @@ class Pipeline:
         self.options = options
         self.observer = observer
         self.backend = backend or VenvBackend()
-        self.preparer = Preparer(plan, options.cache_dir, options.jobs, observer, self.backend)
+        self.preparer = Preparer(plan, options.cache_dir, options.jobs, observer, self.backend, options.prebuilt)
         self.identity = plan.identity  # what the cells run from, read before any of them runs
 
     def execute(self) -> tuple[RunResult, Path]:
