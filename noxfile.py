@@ -97,7 +97,8 @@ PYTHON_TREES = ["harness", "tests", "tools", "benchmarks", "extensions", "exampl
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff (style, no print outside the CLI), mypy --strict on the package and tools, the import contract,
-    actionlint on the workflows (with shellcheck on their run: scripts) and shellcheck on the shell scripts."""
+    actionlint and zizmor (offline) on the workflows (with shellcheck on their run: scripts) and shellcheck on
+    the shell scripts."""
     session.install("-e", ".[lint]")
     session.run("ruff", "check", *PYTHON_TREES)
     session.run("ruff", "format", "--check", *PYTHON_TREES)
@@ -107,6 +108,7 @@ def lint(session: nox.Session) -> None:
     # actionlint runs the shellcheck above (on PATH in this session) over every run: script too.
     workflows = sorted(str(p) for p in Path("ci").glob("*.yml"))
     session.run("actionlint", "-config-file", ".github/actionlint.yaml", *workflows)
+    session.run("zizmor", "--offline", *workflows)  # artifact credentials, template injection, permissions
 
 
 @nox.session(default=False)
