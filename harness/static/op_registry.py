@@ -220,4 +220,3 @@ def with_release(schemas: OpSchemas, release: str, python: Path) -> OpSchemas:
     for text in dump_release(python):
         holds.setdefault(text, set()).add(release)
     return OpSchemas.of((*schemas.releases, release), holds)
-
