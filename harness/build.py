@@ -34,6 +34,7 @@ from harness.static.symbols import read_artifact
 log = logging.getLogger(__name__)
 
 BUILD_FORMAT = 3  # 2: reasons with shortened paths; 3: digests of the wheel and site/, failures say why
+HANDOFF_FORMAT = 1  # what `export` writes and `adopt` reads (a CI graph's build job to its run jobs)
 IGNORED = BUILD_OUTPUTS  # never copied into a build, never part of its sources' digest
 
 
@@ -86,7 +87,7 @@ KILLED_MARKERS = (
 )
 
 
-def cache_key(build: Build, env: Env, compiler: str) -> str:
+def cache_key(build: Build, torch_version: str, compiler: str) -> str:
     wheel, ext = build.extension.wheel, build.extension
     material = {
         "format": BUILD_FORMAT,
@@ -94,7 +95,7 @@ def cache_key(build: Build, env: Env, compiler: str) -> str:
         "sources": file_digest(wheel) if wheel else content_digest(ext.root, IGNORED, ext.tests),
         "recipe": build.extension.recipe,
         "target": build.target.hex if build.target else None,
-        "torch": env.torch_version,
+        "torch": torch_version,
         "python": build.python,
         "compiler": None if wheel else compiler,
     }
@@ -120,7 +121,7 @@ class Builder:
         self.verify_env = verify_env  # after a failed build: was it the env, not the extension?
 
     def build(self, build: Build, env: Env) -> BuildResult:
-        key = cache_key(build, env, self.compiler)
+        key = cache_key(build, env.torch_version, self.compiler)
         out = self.root / f"{build.id}-{key[:16]}"
         self.root.mkdir(parents=True, exist_ok=True)
         lacking = self.lacking(build)
@@ -306,23 +307,7 @@ class Builder:
         """Unpack a good wheel into site/ (what every cell puts on its path) and record the result."""
         ok = wheel is not None
         if wheel is not None:
-            commands.run(
-                [
-                    self.uv,
-                    "pip",
-                    "install",
-                    "--quiet",
-                    "--no-deps",
-                    "--link-mode",
-                    "copy",  # files of its own: site/ shares no inode with uv's cache
-                    "--python",
-                    env.python,
-                    "--target",
-                    out / "site",
-                    wheel,
-                ],
-                timeout=300,
-            )
+            self._site(wheel, out, str(env.python))
         seconds = time.monotonic() - started
         meta = {
             "key": key,
@@ -341,6 +326,128 @@ class Builder:
         log.info("built %s in %.1f s: %s", build.id, seconds, "ok" if ok else f"FAILED: {reason}")
         site = out / "site" if ok else None
         return BuildResult(build, ok, reason, wheel, site, out / "build.log", seconds, False, key, findings)
+
+    def _site(self, wheel: Path, out: Path, python: str) -> None:
+        """Unpack a wheel into out/site (what every cell puts on its path), files of its own."""
+        argv: list[str | Path] = [self.uv, "pip", "install", "--quiet", "--no-deps", "--link-mode", "copy"]
+        commands.run([*argv, "--python", python, "--target", out / "site", wheel], timeout=300)
+
+    def export(self, result: BuildResult, dest: Path) -> Path:
+        """A build's result as the build job of a CI graph hands it on: dest/<build id>/ with handoff.json (the
+        result, its cache key and what the key was made of), the wheel and the build log. `adopt` takes it in."""
+        where = dest / result.build.id
+        shutil.rmtree(where, ignore_errors=True)
+        where.mkdir(parents=True)
+        record = result.log.parent / "build.json"
+        meta = json.loads(record.read_text()) if record.is_file() else {}
+        if result.wheel is not None:
+            shutil.copyfile(result.wheel, where / result.wheel.name)
+        if result.log.is_file():
+            shutil.copyfile(result.log, where / "build.log")
+        write_json(
+            where / "handoff.json",
+            {
+                "format": HANDOFF_FORMAT,
+                "build": result.build.id,
+                "key": result.key,
+                "ok": result.ok,
+                "reason": result.reason,
+                "wheel": result.wheel.name if result.wheel else None,
+                "wheel_sha256": file_digest(result.wheel) if result.wheel else None,
+                "seconds": round(result.seconds, 2),
+                "torch": meta.get("torch"),
+                "compiler": meta.get("compiler"),
+                "findings": list(result.findings),
+                "infrastructure": result.infrastructure,
+                "toolchain": result.toolchain,
+            },
+        )
+        return where
+
+    def adopt(self, build: Build, source: Path) -> BuildResult:
+        """The result a build job handed on (`export`) as this cache's build: the wheel checked against its digest
+        and unpacked here, never compiled. A build with no hand-off (its job was lost), a damaged one or one made
+        from other sources (its key, recomputed from this checkout, differs) is an infrastructure failure: its cells
+        are ERROR, never a verdict about the extension."""
+        where = source / build.id
+        try:
+            meta = json.loads((where / "handoff.json").read_text())
+        except FileNotFoundError:
+            return self._lost(
+                build,
+                f"no build was handed on for it ({where}/handoff.json is missing: its build job failed or was lost)",
+            )
+        except (OSError, ValueError) as exc:
+            return self._lost(build, f"its hand-off {where}/handoff.json is unreadable: {exc}")
+        if meta.get("format") != HANDOFF_FORMAT or meta.get("build") != build.id:
+            return self._lost(build, f"{where}/handoff.json is not a hand-off of {build.id} (format {HANDOFF_FORMAT})")
+        if meta["infrastructure"] or meta["toolchain"]:  # the build job's trouble, said as it said it
+            out = self.root / f"{build.id}-handoff"
+            out.mkdir(parents=True, exist_ok=True)
+            copied = out / "build.log"
+            if (where / "build.log").is_file():
+                shutil.copyfile(where / "build.log", copied)
+            else:
+                write_atomic(copied, f"{meta['reason']}\n")
+            return BuildResult(
+                build,
+                False,
+                meta["reason"],
+                None,
+                None,
+                copied,
+                meta["seconds"],
+                False,
+                meta["key"],
+                infrastructure=meta["infrastructure"],
+                toolchain=meta["toolchain"],
+            )
+        ours = cache_key(build, meta["torch"], meta["compiler"] or self.compiler)
+        if ours != meta["key"]:
+            return self._lost(
+                build, f"{where} was built from other sources or settings than this checkout's (cache key differs)"
+            )
+        out = self.root / f"{build.id}-{ours[:16]}"
+        self.root.mkdir(parents=True, exist_ok=True)
+        with locked(self.root / f"{out.name}.lock"):
+            cached, _ = self._load(build, out, ours)
+            if cached is not None:
+                return cached
+            shutil.rmtree(out, ignore_errors=True)
+            (out / "dist").mkdir(parents=True)
+            shutil.copyfile(where / "build.log", out / "build.log")
+            wheel = out / "dist" / meta["wheel"] if meta["ok"] else None
+            if wheel is not None:
+                shutil.copyfile(where / meta["wheel"], wheel)
+                if file_digest(wheel) != meta["wheel_sha256"]:
+                    shutil.rmtree(out, ignore_errors=True)
+                    return self._lost(build, f"{where / meta['wheel']} differs from the digest its build job recorded")
+                self._site(wheel, out, build.interpreter or build.python)
+            record = {
+                "key": ours,
+                "ok": meta["ok"],
+                "reason": meta["reason"],
+                "wheel": str(wheel.relative_to(out)) if wheel else None,
+                "seconds": meta["seconds"],
+                "torch": meta["torch"],
+                "compiler": meta["compiler"],
+                "target": build.target.hex if build.target else None,
+                "findings": meta["findings"],
+                "wheel_sha256": meta["wheel_sha256"],
+                "site_sha256": content_digest(out / "site") if wheel else None,
+            }
+            write_json(out / "build.json", record)
+            log.info("%s: taken from the build job's hand-off %s", build.id, where)
+            return dataclasses.replace(
+                self._load(build, out, ours)[0] or self._lost(build, "unreadable after adoption"), cached=False
+            )
+
+    def _lost(self, build: Build, why: str) -> BuildResult:
+        out = self.root / f"{build.id}-handoff"
+        out.mkdir(parents=True, exist_ok=True)
+        write_atomic(out / "build.log", f"not built here: {why}\n")
+        log.warning("%s: %s", build.id, why)
+        return BuildResult(build, False, why, None, None, out / "build.log", 0.0, False, "", infrastructure=True)
 
 
 def _damage(meta: dict[str, object], wheel: Path, site: Path) -> str | None:

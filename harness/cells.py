@@ -45,6 +45,7 @@ class RunOptions:
     require_gpu: bool = False  # a cuda cell with no GPU is an ERROR, not SKIPPED (GPU runners)
     rerun_broken: int = 0  # run a broken cell again up to this many times; one that then keeps its promise is flaky
     require_toolchain: bool = False  # a build the machine lacks compiler/nvcc/CUDA headers for: ERROR, not SKIPPED
+    prebuilt: Path | None = None  # the builds as a CI graph's build jobs handed them on, instead of building here
 
 
 def effective_timeout(cell: Cell, options: RunOptions, matrix: Matrix) -> float:

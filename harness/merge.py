@@ -2,7 +2,10 @@
 
 Refused (BadInputError, exit 2) before anything is written: a file that is not a results.json,
 one older than version 4 (no plan identity), reports of different plans, a cell in two
-reports, and cells of the plan in none (named, with the shards missing). The shards' report
+reports, and cells of the plan in none (named, with the shards missing). With `allow_missing`
+(a nightly, where one lost runner must not lose the night) the cells of the plan in no report
+are merged as ERROR, each naming the shard that owed it ("shard K/N reported nothing"), and the
+run exits 3 like any run with an ERROR cell. The shards' report
 directories are treated as hostile, like a cell's own files: nothing under them is followed
 through a symlink, and only regular files of sane size are copied.
 """
@@ -22,8 +25,9 @@ from harness.core.errors import BadInputError
 from harness.plan import PlanIdentity
 from harness.render.report import write_report
 from harness.results.diff import load_run
-from harness.results.model import RunResult
+from harness.results.model import CellResult, RunResult
 from harness.results.rundir import new_run_dir, point_latest
+from harness.shard import runtime_groups
 
 log = logging.getLogger(__name__)
 FILE_LIMIT = 128 * 2**20  # per file: a cell's logs are capped at 64 MB each, with a note of what was dropped
@@ -69,8 +73,9 @@ def _some(ids: Sequence[str]) -> str:
     return shown + (f" and {len(ids) - SHOWN} more" if len(ids) > SHOWN else "")
 
 
-def check_shards(shards: Sequence[ShardReport]) -> PlanIdentity:
-    """The plan the shards are parts of; BadInputError naming the files and what differs otherwise."""
+def check_shards(shards: Sequence[ShardReport], allow_missing: bool = False) -> PlanIdentity:
+    """The plan the shards are parts of; BadInputError naming the files and what differs otherwise (and the
+    cells in no report, unless allow_missing)."""
     first = shards[0]
     for other in shards[1:]:
         if other.plan.digest != first.plan.digest:
@@ -102,7 +107,7 @@ def check_shards(shards: Sequence[ShardReport]) -> PlanIdentity:
             "with a different N or --durations? Merge the reports of one fan-out"
         )
     missing = [c for c in first.plan.cells if c not in owner]
-    if missing:
+    if missing and not allow_missing:
         raise BadInputError(
             f"{len(missing)} of the plan's {len(first.plan.cells)} cells are in none of the {len(shards)} "
             f"report(s): {_some(missing)}\n  {_missing_shards(shards)}\n"
@@ -123,18 +128,39 @@ def _missing_shards(shards: Sequence[ShardReport]) -> str:
     return f"every shard of {counts[0]} is here: they were partitioned differently (another --durations?)"
 
 
+def owing_shards(shards: Sequence[ShardReport], missing: Sequence[str]) -> dict[str, str]:
+    """Each missing cell's shard as words: "shard K/N". A split by runtime is recomputed from the plan's cell
+    ids alone; a split by cells needs the matrix, so its missing cells name the shards that did not report."""
+    parts = [s.plan.shard for s in shards if s.plan.shard is not None]
+    if not parts:
+        return dict.fromkeys(missing, "no shard")
+    shard = parts[0]
+    absent = [i for i in range(1, shard.count + 1) if i not in {p.index for p in parts}]
+    if shard.by == "runtime" and all(p.by == "runtime" and p.count == shard.count for p in parts):
+        groups = runtime_groups(shards[0].plan.cells, shard.count)
+        where = {cell: index for index, (_, ids) in enumerate(groups, 1) for cell in ids}
+        return {c: f"shard {where[c]}/{shard.count}" for c in missing}
+    said = ", ".join(f"{i}/{shard.count}" for i in absent) or "of another partition"
+    return dict.fromkeys(missing, f"shard {said}" if len(absent) == 1 else f"one of the shards {said}")
+
+
 def combine(shards: Sequence[ShardReport], plan: PlanIdentity, run_id: str) -> RunResult:
-    """One run of the whole plan: every shard's cells; the backend they share, else "mixed"."""
+    """One run of the whole plan: every shard's cells, and an ERROR for each cell of the plan none reported;
+    the backend they share, else "mixed"."""
     runs = [s.run for s in shards]
     backends = {r.backend for r in runs}
     cells = {c.id: c for r in runs for c in r.cells}
+    backend = backends.pop() if len(backends) == 1 else "mixed"
+    missing = [c for c in plan.cells if c not in cells]
+    for cell_id, shard in owing_shards(shards, missing).items():
+        cells[cell_id] = CellResult.unreported(cell_id, f"{shard} reported nothing", backend)
     return RunResult(
         run_id=run_id,
         started=min(r.started for r in runs),
         finished=max(r.finished for r in runs),
         harness_version=runs[0].harness_version,
         matrix=runs[0].matrix,
-        backend=backends.pop() if len(backends) == 1 else "mixed",
+        backend=backend,
         selectors=runs[0].selectors,
         cells=tuple(cells[i] for i in plan.cells),
         build_order=tuple(dict.fromkeys(b for r in runs for b in r.build_order)),
@@ -147,11 +173,12 @@ def combine(shards: Sequence[ShardReport], plan: PlanIdentity, run_id: str) -> R
     )
 
 
-def merge_reports(paths: Sequence[Path], reports_dir: Path) -> Merged:
-    """Check the shards, then write the merged report (results.json, summary.md, junit.xml, each cell's
+def merge_reports(paths: Sequence[Path], reports_dir: Path, allow_missing: bool = False) -> Merged:
+    """Check the shards (cells in no report: refused, or ERROR with allow_missing), then write the merged
+    report (results.json, summary.md, junit.xml, each cell's
     files and the build logs) into a new run directory of reports_dir, and point `latest` at it."""
     shards = [load_shard(p) for p in paths]
-    plan = check_shards(shards)
+    plan = check_shards(shards, allow_missing)
     run_id, run_dir = new_run_dir(reports_dir)
     skipped: list[str] = []
     for shard in shards:

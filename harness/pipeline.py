@@ -70,7 +70,7 @@ class Pipeline:
         self.options = options
         self.observer = observer
         self.backend = backend or VenvBackend()
-        self.preparer = Preparer(plan, options.cache_dir, options.jobs, observer, self.backend)
+        self.preparer = Preparer(plan, options.cache_dir, options.jobs, observer, self.backend, options.prebuilt)
         self.identity = plan.identity  # what the cells run from, read before any of them runs
         self.op_calls: dict[str, frozenset[OpCall]] = {}  # per extension: the ops its builds call by name (the gate)
         self.build_seconds: dict[str, float] = {}  # per extension: the time its builds took in this run (0: cached)

@@ -6,6 +6,7 @@ import dataclasses
 import fnmatch
 import hashlib
 import json
+import re
 from collections.abc import Collection, Sequence
 from typing import Any
 
@@ -79,6 +80,20 @@ class Runtime:
         return f"r{self.torch}{variant}-{self.device}{python_suffix(self.python, self.default_python)}"
 
 
+CELL_ID = re.compile(
+    r"^(?P<extension>[^@~]+)@b(?P<build_torch>[^+~-]+)(?:\+(?P<build_variant>[^~-]+))?(?:-t(?P<target>[0-9.]+))?"
+    r"(?:-py(?P<build_python>[0-9.]+))?~r(?P<runtime_torch>[^+~-]+)(?:\+(?P<runtime_variant>[^~-]+))?"
+    r"-(?P<device>cpu|cuda)(?:-py(?P<runtime_python>[0-9.]+))?$"
+)
+
+
+def cell_id_parts(cell_id: str) -> dict[str, str | None] | None:
+    """The parts of a cell id as Build.id and Runtime.id write them (a variant "auto" is not written), for a
+    cell known by its id alone (a shard that reported nothing); None when it is not such an id."""
+    found = CELL_ID.match(cell_id)
+    return found.groupdict() if found else None
+
+
 def python_of(requested: str | None, default: str) -> tuple[str, str | None]:
     """(X.Y, interpreter path or None) for a build's or runtime's python: a version, a path, or the default.
 
@@ -110,10 +125,13 @@ MAX_SHARDS = 256  # GitHub Actions runs at most 256 jobs of one matrix; a larger
 
 @dataclasses.dataclass(frozen=True)
 class Shard:
-    """Part K of N (1 <= K <= N) of a plan's cells: `run --shard K/N`."""
+    """Part K of N (1 <= K <= N) of a plan's cells: `run --shard K/N`. `by`: how the cells were split: "cells"
+    (balanced by time, a build's cells kept together) or "runtime" (every cell of a runtime in one part, so a
+    CI job makes only its runtimes' envs: `--by runtime`)."""
 
     index: int
     count: int
+    by: str = "cells"
 
     @classmethod
     def parse(cls, text: str) -> Shard:
@@ -131,8 +149,9 @@ class Shard:
     def __str__(self) -> str:
         return f"{self.index}/{self.count}"
 
-    def to_json(self) -> dict[str, int]:
-        return {"index": self.index, "count": self.count}
+    def to_json(self) -> dict[str, int | str]:
+        # "by" only when it is not the default: results.json of a split by cells reads as before
+        return {"index": self.index, "count": self.count} | ({"by": self.by} if self.by != "cells" else {})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,7 +192,7 @@ class PlanIdentity:
         identity = cls(
             data["matrix"],
             tuple(data["cells"]),
-            Shard(shard["index"], shard["count"]) if shard else None,
+            Shard(shard["index"], shard["count"], shard.get("by", "cells")) if shard else None,
             tuple(sorted(data.get("inputs", {}).items())),  # from 7
         )
         if identity.digest != data["digest"]:

@@ -53,8 +53,17 @@ class Preparer:
     """Makes (or finds in the cache) what the plan's cells need, and checks it again after a cell fails.
     The envs it ensured stay held (no other run rebuilds them) until release()."""
 
-    def __init__(self, plan: Plan, cache_dir: Path, jobs: int, observer: Observer, backend: Executor) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        cache_dir: Path,
+        jobs: int,
+        observer: Observer,
+        backend: Executor,
+        prebuilt: Path | None = None,
+    ) -> None:
         self.plan = plan
+        self.prebuilt = prebuilt  # the build jobs' hand-offs (Builder.export): no build env is made, nothing compiled
         self.jobs = jobs
         self.observer = observer
         self.backend = backend
@@ -75,9 +84,11 @@ class Preparer:
         """The run's cells have ended: its envs may be repaired by other runs again."""
         self.envs.release()
 
-    def provision(self) -> dict[EnvSpec, Env]:
+    def provision(self, only: tuple[Build | Runtime, ...] | None = None) -> dict[EnvSpec, Env]:
+        """The envs of the plan's builds (none with prebuilt hand-offs) and runtimes, or of `only` these."""
         runtimes = [r for r in self.plan.needed_runtimes if self.backend.needs_env(r)]
-        needed: list[Build | Runtime] = [*self.plan.needed_builds, *runtimes]
+        builds = self.plan.needed_builds if self.prebuilt is None else ()
+        needed: tuple[Build | Runtime, ...] = (*builds, *runtimes) if only is None else only
         specs = list(dict.fromkeys(env_spec(x) for x in needed))
         todo = [s for s in specs if self.envs.cached(s) is None]
         if todo:  # every interpreter a new env needs, before any work: a missing one is bad input (exit 2)
@@ -139,13 +150,35 @@ class Preparer:
             if isinstance(overlay := made[(ext.test_requires, env_spec(runtime))], Overlay)
         }
 
-    def build_all(self, envs: dict[EnvSpec, Env]) -> dict[Build, BuildResult]:
-        builds = self.plan.needed_builds
-        self.observer.stage("build", f"{len(builds)} build(s)")
-        results = parallel(
-            self.jobs, lambda b: self.builder.build(b, envs[env_spec(b)]), builds, self.observer.build_done
-        )
+    def build_all(self, envs: dict[EnvSpec, Env], builds: tuple[Build, ...] | None = None) -> dict[Build, BuildResult]:
+        """Every build the plan's cells need (or `builds`), compiled or found in the cache; with prebuilt
+        hand-offs, each taken from them instead."""
+        todo = self.plan.needed_builds if builds is None else builds
+        prebuilt = self.prebuilt
+        if prebuilt is not None:
+            self.observer.stage("build", f"{len(todo)} build(s) from the build jobs' hand-offs in {prebuilt}")
+            results = parallel(self.jobs, lambda b: self.builder.adopt(b, prebuilt), todo, self.observer.build_done)
+        else:
+            self.observer.stage("build", f"{len(todo)} build(s)")
+            results = parallel(
+                self.jobs, lambda b: self.builder.build(b, envs[env_spec(b)]), todo, self.observer.build_done
+            )
         return {r.build: r for r in results}
+
+    def build_on(self, torch: str, dest: Path) -> dict[Build, BuildResult]:
+        """A CI graph's build job: the plan's builds made on build torch `torch` (only its env is made),
+        each handed on into dest for the run jobs (`Builder.export`)."""
+        builds = tuple(b for b in self.plan.needed_builds if str(b.torch) == torch)
+        if not builds:
+            made = sorted({str(b.torch) for b in self.plan.needed_builds})
+            raise BadInputError(
+                f"build --torch {torch}: none of the plan's builds is made on torch {torch}; its build torches are "
+                f"{', '.join(made) or 'none (no cell selected)'}"
+            )
+        results = self.build_all(self.provision(builds), builds)
+        for result in results.values():
+            self.builder.export(result, dest)
+        return results
 
     def damage(self, request: CellRequest, overlay: Overlay | None) -> str | None:
         """After a cell failed: is what it ran on still as verified at the start, and did it have room

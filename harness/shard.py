@@ -8,6 +8,11 @@ bring it under that share, each paying for the build again. The chunks then go l
 onto the least-loaded shard (a deterministic greedy: ties by first cell id, then by shard
 index). Nothing random, nothing from the clock: every machine of a CI fan-out computes the
 same partition. `plan --json` is written here too, beside the fan-out's job matrix.
+
+Split by runtime (`--by runtime`), every cell of a runtime goes to one shard, so a CI job makes only
+its own runtimes' envs (what fills a hosted runner's disk) and takes its builds from the build jobs.
+That split reads nothing but the cells' ids, so `merge --allow-missing` can say which shard owed a
+cell that no report holds.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ PLAN_JSON_VERSION = 1  # `plan --json`; checked against harness/schemas/plan.sch
 # torch`, the load and a suite; a build is a compile, once per shard that needs it.
 CELL_SECONDS = 3.0
 BUILD_SECONDS = {"wheel": 0.1, "stable": 5.0, "unstable": 14.0, "cuda": 20.0}
+ENV_SECONDS = 30.0  # a runtime's env, once per shard that runs it: a warm uv cache links it in 10-30 s
 SLACK = 0.05  # how far over an even share a shard may go before a build's cells are cut between shards
 T = TypeVar("T")
 
@@ -126,20 +132,77 @@ def _longest_first(items: Sequence[tuple[float, str, T]], bins: int) -> list[tup
     return [(round(load, 1), content) for load, content in zip(loads, contents, strict=True)]
 
 
+def runtime_of(cell_id: str) -> str:
+    """A cell id's runtime id (what follows its `~`)."""
+    return cell_id.rpartition("~")[2]
+
+
+def runtime_groups(cell_ids: Sequence[str], count: int | None) -> tuple[tuple[float, tuple[str, ...]], ...]:
+    """The cells' ids split by runtime into `count` groups (None: one per runtime), each group's estimated
+    seconds beside it: runtimes longest first onto the least-loaded group (ties by runtime id, then by
+    group index), a runtime's env paid once in its group. Reads only the ids (the cost model, never a
+    previous run's durations), so merge can tell from the plan's ids which shard owed a cell."""
+    by_runtime: dict[str, list[str]] = {}
+    for cell_id in cell_ids:
+        by_runtime.setdefault(runtime_of(cell_id), []).append(cell_id)
+    bins = len(by_runtime) if count is None else count
+    if not 1 <= bins <= max(1, len(by_runtime)):
+        raise BadInputError(
+            f"--shards {count} --by runtime for {len(by_runtime)} runtime(s): every shard of a split by runtime "
+            f"holds at least one runtime; ask for at most {max(1, len(by_runtime))}"
+        )
+    items = [(ENV_SECONDS + CELL_SECONDS * len(ids), runtime, ids) for runtime, ids in by_runtime.items()]
+    groups = _longest_first(items, bins)
+    return tuple((seconds, tuple(i for ids in members for i in ids)) for seconds, members in groups)
+
+
+def partition_by_runtime(cells: Sequence[Cell], count: int | None) -> tuple[Part, ...]:
+    """The cells in shards by runtime (runtime_groups), each shard's cells in plan order."""
+    groups = runtime_groups([c.id for c in cells], count)
+    return tuple(
+        Part(Shard(index, len(groups), "runtime"), tuple(c for c in cells if c.id in set(ids)), seconds)
+        for index, (seconds, ids) in enumerate(groups, 1)
+    )
+
+
+def split(plan: Plan, count: int | None, by: str, durations: Mapping[str, float] | None = None) -> tuple[Part, ...]:
+    """The selected cells in shards, by cells (count required) or by runtime (count None: one per runtime)."""
+    if by == "runtime":
+        return partition_by_runtime(plan.cells, count)
+    return partition(plan.cells, count or 1, durations)
+
+
 def shard_plan(plan: Plan, shard: Shard, durations: Mapping[str, float] | None = None) -> Plan:
     """The plan reduced to one shard's cells; it still knows the whole plan (for its report's identity)."""
-    part = partition(plan.cells, shard.count, durations)[shard.index - 1]
+    part = split(plan, shard.count, shard.by, durations)[shard.index - 1]
     return dataclasses.replace(plan, cells=part.cells, shard=shard, unsharded=plan.cells)
 
 
-def fan_out(plan: Plan, count: int, durations: Mapping[str, float] | None = None) -> dict[str, Any]:
+def fan_out(
+    plan: Plan, count: int | None, durations: Mapping[str, float] | None = None, by: str = "cells"
+) -> dict[str, Any]:
     """The job matrix for a CI fan-out, in the shape GitHub Actions' `strategy.matrix` takes as it is
     (`matrix: ${{ fromJSON(needs.plan.outputs.shards) }}`): one `include` entry per shard, so each
-    job sees `matrix.shard` ("2/3") and, for its name, `matrix.cells` and `matrix.estimated_seconds`.
-    No other top-level key: Actions would read it as another axis of the matrix.
+    job sees `matrix.shard` ("2/3") and, for its name, `matrix.cells` and `matrix.estimated_seconds`;
+    split by runtime, also `matrix.runtimes` (their ids, space-separated). No other top-level key:
+    Actions would read it as another axis of the matrix.
 
     More shards than cells is bad input: the fan-out would start jobs with nothing to run. (One shard of a
     fan-out decided elsewhere, `run --shard K/N`, may be empty: it runs nothing and reports 0 cells.)"""
+    if by == "runtime":
+        return {
+            "include": [
+                {
+                    "shard": str(part.shard),
+                    "runtimes": " ".join(dict.fromkeys(c.runtime.id for c in part.cells)),
+                    "cells": len(part.cells),
+                    "estimated_seconds": round(part.seconds, 1),
+                }
+                for part in partition_by_runtime(plan.cells, count)
+            ]
+        }
+    if count is None:
+        raise BadInputError("--shards N is required to split by cells (by runtime, the default is one per runtime)")
     if count > max(1, len(plan.cells)):
         raise BadInputError(
             f"--shards {count} for {len(plan.cells)} selected cell(s): every shard of a fan-out holds at least one "
@@ -151,6 +214,15 @@ def fan_out(plan: Plan, count: int, durations: Mapping[str, float] | None = None
             for part in partition(plan.cells, count, durations)
         ]
     }
+
+
+def build_jobs(plan: Plan) -> dict[str, Any]:
+    """The job matrix of the build jobs: one per build torch (its env is the only one such a job makes),
+    each naming how many of the plan's builds it makes (`build --torch T` makes them)."""
+    counts: dict[str, int] = {}
+    for build in plan.needed_builds:
+        counts[str(build.torch)] = counts.get(str(build.torch), 0) + 1
+    return {"include": [{"torch": torch, "builds": n} for torch, n in counts.items()]}
 
 
 def plan_json(plan: Plan) -> dict[str, Any]:

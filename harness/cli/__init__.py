@@ -40,6 +40,7 @@ COMMANDS: tuple[Callable[[Command], None], ...] = (
     gate.add_gate,
     mutate.add_mutate,
     run.add_plan,
+    run.add_build,
     reports.add_report,
     reports.add_compat,
     reports.add_merge,

@@ -19,7 +19,7 @@ from harness.provision.sources import ResolvedSources
 from harness.static.abi_diff import AbiDiff, diff, surface, with_ops
 from harness.static.artifact import fits_which_python
 from harness.static.audit import GuardAudit, audit_guards, auditable_release
-from harness.static.check import ArtifactCheck, check_artifact
+from harness.static.check import ModuleCheck, check_artifact
 from harness.static.manifest import packaged_manifest
 from harness.static.op_calls import Fit
 from harness.static.op_registry import packaged_op_schemas
@@ -105,17 +105,28 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(check.to_json())
         return code
-    print_needs(check, args.variant, args.python)
-    print_predictions(check)
+    several = len(check.modules) > 1
+    if several:
+        console.print(f"[bold]{escape(check.artifact.name)}[/]: {len(check.modules)} extension modules")
+    together = "together (what loads the whole wheel)" if several else None
+    print_needs(check.whole, check.built_with, args.variant, args.python, together)
+    print_predictions(check.whole)
+    if several:
+        for module in check.modules:
+            print_needs(module, check.built_with, args.variant, args.python, f"module {module.name}")
+            print_predictions(module)
+        console.print(f"[bold]modules:[/] {escape(check.summary)}")
     return code
 
 
-def print_needs(check: ArtifactCheck, variant: str | None, python: str | None) -> None:
-    """What the artifact imports and needs of a runtime, and what of it --variant and --python check."""
-    imports, facts, built_with = check.imports, check.facts, check.built_with
+def print_needs(
+    check: ModuleCheck, built_with: str | None, variant: str | None, python: str | None, label: str | None = None
+) -> None:
+    """What the artifact (or one module) imports and needs of a runtime, and what of it --variant and --python check."""
+    imports, facts = check.imports, check.facts
     floor = ", ".join(f"{k} {v}" for k, v in imports.floor.items()) or "nothing versioned"
     console.print(
-        f"[bold]{escape(check.artifact.name)}[/]: {len(imports.stable)} stable shims, "
+        f"[bold]{escape(label or check.name)}[/]: {len(imports.stable)} stable shims, "
         f"{len(imports.unstable)} unstable C++ symbols, {len(imports.python)} Python C API, "
         f"{len(imports.system)} system; needs {floor}"
     )
@@ -129,6 +140,11 @@ def print_needs(check: ArtifactCheck, variant: str | None, python: str | None) -
     if facts.tags:
         checked = f"checked against CPython {python}" if python else "give --python to check it"
         console.print(f"   its wheel tags fit {escape(fits_which_python(facts.tags))} ({checked})")
+    if check.limited_api:
+        mark = "red" if check.limited_api.outside else "green"
+        console.print(f"   [{mark}]abi3[/] {escape(check.limited_api.describe())}")
+    if check.import_note:
+        console.print(f"   [yellow]{escape(check.import_note)}[/]")
     if imports.calls:
         against = f"judged against torch {built_with}'s schemas" if built_with else "give --built-with to judge fit"
         console.print(f"   calls {len(imports.calls)} op(s) through the dispatcher ({against}):")
@@ -138,7 +154,7 @@ def print_needs(check: ArtifactCheck, variant: str | None, python: str | None) -
         console.print("   [dim]an op name built at run time leaves no string to read: such calls are not judged[/]")
 
 
-def print_predictions(check: ArtifactCheck) -> None:
+def print_predictions(check: ModuleCheck) -> None:
     """A line per release checked, with the calls that do not plainly fit; then from where it loads."""
     style = {Predicted.LOADS: "green", Predicted.LOAD_FAILED: "red", Predicted.UNKNOWN: "yellow"}
     for p in check.predictions:

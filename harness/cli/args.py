@@ -79,6 +79,16 @@ def existing_file(text: str) -> Path:
     return path
 
 
+def existing_dir(text: str) -> Path:
+    """argparse type: a directory that exists (a typo is a usage error, not exit 3)."""
+    path = Path(text)
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(
+            f"{text}: {'is a file' if path.exists() else 'no such directory'}; pass a directory"
+        )
+    return path
+
+
 def wheel_directory(text: str) -> str:
     """argparse type: a directory of wheels (--find-links)."""
     if not Path(text).is_dir():

@@ -29,8 +29,9 @@ from harness.cli.run import (
 from harness.config import Matrix
 from harness.core.errors import BadInputError, ExitCode, HarnessError
 from harness.core.files import write_atomic
-from harness.core.text import md_text
+from harness.core.text import md_code, md_text
 from harness.core.versions import ApiLevel
+from harness.probe_extension import HEADER_PROBE
 from harness.provision.envs import Env, EnvManager, EnvSpec, default_cache_dir
 from harness.provision.sources import resolve_sources
 from harness.results.diff import load_run
@@ -166,16 +167,16 @@ def header_audits(
 
 def probe_timings(executed: Executed) -> dict[str, float]:
     """What the header probe added to the run: its builds, and its cells' time (summed over cells)."""
-    cells = [c for c in executed.run.cells if c.extension == "header_probe"]
-    seconds = sum(sum(v for v in c.durations.values() if v) for c in cells)
-    return {"probe_builds": executed.build_seconds.get("header_probe", 0.0), "probe_cells": seconds}
+    cells = [c for c in executed.run.cells if c.extension == HEADER_PROBE]
+    seconds = sum(c.durations.get("total") or 0.0 for c in cells)  # 'build' is the build's time, per cell
+    return {"probe_builds": executed.build_seconds.get(HEADER_PROBE, 0.0), "probe_cells": seconds}
 
 
 def op_schema_evidence(previous: str, candidate: str, executed: Executed, env: Env) -> OpEvidence:
     """The op schema diff previous -> candidate against what the matrix's builds call; a candidate the data
     file does not record is read from its own torch (a few seconds: it imports torch)."""
     schemas = packaged_op_schemas()
-    calls = {name: found for name, found in executed.op_calls.items() if name != "header_probe"}
+    calls = {name: found for name, found in executed.op_calls.items() if name != HEADER_PROBE}
     if candidate not in schemas.releases:
         schemas = with_release(schemas, candidate, env.python)
     missing = [r for r in (previous, candidate) if r not in schemas.releases]
@@ -266,27 +267,33 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def replay_markdown(rows: list[ReplayRow], seconds: float) -> str:
-    """The replay table: release, decision, and each NO-GO's reasons in one cell."""
+    """The replay table: each release's decision and the evidence behind it, counted, with the declarations
+    its own headers brought (the regressions; inherited ones are counted)."""
     today = datetime.date.today().isoformat()
     lines = [
         f"# Release gate replayed ({today}, {seconds / 60:.1f} min)",
         "",
-        "| candidate | against | decision | header findings (new / inherited / acknowledged) | probe cells failing "
-        "| removed exports | breaking op changes called | broken cells | why |",
+        "| candidate | against | decision | header findings: new / inherited / acknowledged | probe cells failing "
+        "| removed exports | called ops broken | other broken cells | declarations the candidate's headers brought |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         data = row.data
+        if not data:  # the gate did not get as far as a decision
+            why = md_text("; ".join(row.reasons))
+            lines.append(f"| {row.candidate} | {row.previous} | **{row.decision}** | | | | | | {why} |")
+            continue
         findings = (data.get("headers") or {}).get("findings", [])
-        new = sum(1 for f in findings if not f["inherited"])
+        new = [f["name"] for f in findings if not f["inherited"]]
         acknowledged = sum(1 for f in findings if f["acknowledged_by"])
-        probes = data.get("probe_cells", []) or []
+        probes = data.get("probe_cells") or []
         failing = sum(1 for p in probes if p["verdict"] in ("broken", "known_break"))
         called = len((data.get("op_schemas") or {}).get("breaking_called", []))
-        why = "<br>".join(md_text(r) for r in row.reasons) or "no reason against it"
+        others = [c for c in data.get("broken_cells") or [] if not c["id"].startswith(f"{HEADER_PROBE}@")]
+        shown = ", ".join(md_code(n) for n in new[:4]) + (f" (+{len(new) - 4})" if len(new) > 4 else "")
         lines.append(
-            f"| {row.candidate} | {row.previous} | **{row.decision}** | {new} / {len(findings) - new} / {acknowledged} "
-            f"| {failing} of {len(probes)} | {len(data.get('removed_exports') or [])} | {called} "
-            f"| {len(data.get('broken_cells') or [])} | {why} |"
+            f"| {row.candidate} | {row.previous} | **{row.decision}** | {len(new)} / {len(findings) - len(new)} / "
+            f"{acknowledged} | {failing} of {len(probes)} | {len(data.get('removed_exports') or [])} | {called} "
+            f"| {len(others)} | {shown or 'none'} |"
         )
     return "\n".join(lines) + "\n"

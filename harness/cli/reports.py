@@ -72,6 +72,12 @@ def add_merge(command: Command) -> None:
         help="a previous run (results.json or its directory): write diff.md/diff.json against it",
     )
     merge.add_argument(
+        "--allow-missing",
+        action="store_true",
+        help='merge the shards that arrived: each cell of the plan in no report is ERROR ("shard K/N reported '
+        'nothing"), exit 3 (a nightly: one lost runner does not lose the night)',
+    )
+    merge.add_argument(
         "--json", action="store_true", help="the merged results.json's document on stdout (the grid goes to stderr)"
     )
     merge.set_defaults(handler=cmd_merge)
@@ -186,7 +192,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     writable_dir(args.reports_dir, "--reports-dir")
     baseline = load_run(args.baseline) if args.baseline else None  # a bad baseline fails before any work
     try:
-        merged = merge_reports(args.reports, args.reports_dir)
+        merged = merge_reports(args.reports, args.reports_dir, args.allow_missing)
     except ReportError as exc:
         print_grid(exc.run)
         raise

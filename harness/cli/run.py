@@ -4,6 +4,7 @@ or say how they would."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 from pathlib import Path
 from typing import NamedTuple
@@ -13,6 +14,7 @@ from rich.markup import escape
 from harness.candidate import with_candidate
 from harness.cli.args import (
     Command,
+    existing_dir,
     positive_int,
     positive_seconds,
     shard_count,
@@ -39,7 +41,7 @@ from harness.plan import Plan, make_plan
 from harness.provision.envs import default_cache_dir
 from harness.results.diff import load_run
 from harness.results.model import ReportError, RunResult
-from harness.shard import fan_out, measured_durations, partition, plan_json, shard_plan
+from harness.shard import build_jobs, fan_out, measured_durations, plan_json, shard_plan, split
 from harness.static.op_calls import OpCall
 
 
@@ -106,6 +108,13 @@ def selection_options(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="K/N",
         help="only shard K of N: a deterministic part of the selected cells, balanced by estimated time",
+    )
+    p.add_argument(
+        "--by",
+        choices=["cells", "runtime"],
+        default="cells",
+        help="how --shard/--shards split the cells: balanced by time with a build's cells together, or every cell "
+        "of a runtime in one shard (a CI job then makes only its runtimes' envs) (default: %(default)s)",
     )
     p.add_argument(
         "--durations",
@@ -191,6 +200,14 @@ def add_run(command: Command) -> None:
     selection_options(run)
     executing_options(run)
     run.add_argument(
+        "--prebuilt",
+        type=existing_dir,
+        default=None,
+        metavar="DIR",
+        help="take the builds from DIR, as `build --out DIR` jobs handed them on, instead of building here (no build "
+        "torch env is made); a build missing there is ERROR in its cells",
+    )
+    run.add_argument(
         "--json",
         action="store_true",
         help="results.json's document on stdout when the run ends (the progress and the grid go to stderr)",
@@ -207,10 +224,40 @@ def add_plan(command: Command) -> None:
         type=shard_count,
         default=None,
         metavar="N",
-        help="how the selected cells split into N shards; with --json, a job matrix for a CI fan-out",
+        help="how the selected cells split into N shards; with --json, a job matrix for a CI fan-out "
+        "(--by runtime without --shards: one shard per runtime)",
+    )
+    plan.add_argument(
+        "--build-jobs",
+        action="store_true",
+        help="with --json: the job matrix of the build jobs, one per build torch (each runs `build --torch T`)",
     )
     plan.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     plan.set_defaults(handler=cmd_plan)
+
+
+def add_build(command: Command) -> None:
+    build = command(
+        "build",
+        help="a CI graph's build job: make the plan's builds on one build torch and hand them on to `run --prebuilt`",
+    )
+    matrix_options(build)
+    build.add_argument(
+        "--torch", required=True, metavar="RELEASE", help="the build torch whose builds to make (`plan --build-jobs`)"
+    )
+    build.add_argument(
+        "--out", type=Path, required=True, metavar="DIR", help="where each build's wheel, log and handoff.json go"
+    )
+    build.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help="environments and builds (default: $HARNESS_CACHE_DIR or the user cache dir)",
+    )
+    build.add_argument(
+        "-j", "--jobs", type=positive_int, default=os.cpu_count() or 1, help="builds at once (default: cores)"
+    )
+    build.set_defaults(handler=cmd_build, rerun_failed=None, shard=None, durations=None, by="cells")
 
 
 def load_matrix_with_overrides(args: argparse.Namespace) -> Matrix:
@@ -245,7 +292,8 @@ def selected_plan(args: argparse.Namespace) -> Plan:
             where = "of the matrix selected" if failed else "was broken or errored"
             notes.print(f"no cell of {escape(str(args.rerun_failed))} {where}: nothing to rerun (exit 0)")
     if args.shard is not None:
-        plan = shard_plan(plan, args.shard, durations)
+        shard = dataclasses.replace(args.shard, by=args.by)
+        plan = shard_plan(plan, shard, durations)
     return plan
 
 
@@ -292,6 +340,7 @@ def execute(args: argparse.Namespace, plan: Plan) -> Executed:
         require_gpu=args.require_gpu,
         rerun_broken=args.rerun_broken,
         require_toolchain=args.require_toolchain or args.require_gpu,
+        prebuilt=getattr(args, "prebuilt", None),
     )
     if args.executor and args.backend != "venv":
         raise BadInputError(
@@ -316,17 +365,43 @@ def execute(args: argparse.Namespace, plan: Plan) -> Executed:
     return Executed(run, run_dir, pipeline.op_calls, pipeline.build_seconds)
 
 
+def cmd_build(args: argparse.Namespace) -> int:
+    """Make the builds of one build torch and hand them on; exit 3 when one failed for the infrastructure's sake."""
+    from harness.execute.venv import VenvBackend  # the executors only for the commands that build or run
+    from harness.prepare import Preparer
+
+    plan = selected_plan(args)
+    cache_dir = (args.cache_dir or default_cache_dir()).absolute()
+    writable_dir(cache_dir, "--cache-dir" if args.cache_dir else "the cache directory ($HARNESS_CACHE_DIR)")
+    args.out.mkdir(parents=True, exist_ok=True)
+    writable_dir(args.out, "--out")
+    observer = ConsoleObserver()
+    try:
+        results = Preparer(plan, cache_dir, args.jobs, observer, VenvBackend()).build_on(args.torch, args.out)
+    finally:
+        observer.close()
+    console.print(f"{len(results)} build(s) of torch {escape(args.torch)} handed on in {escape(str(args.out))}")
+    failed = [r for r in results.values() if r.infrastructure]
+    return int(ExitCode.INFRASTRUCTURE if failed else ExitCode.OK)
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     if args.shards is not None and args.shard is not None:
         raise BadInputError("plan: --shards N (the whole partition) and --shard K/N (one part) exclude each other")
+    if args.build_jobs and not args.json:
+        raise BadInputError("plan: --build-jobs is a job matrix: add --json")
     plan = selected_plan(args)
     durations = durations_of(args)
+    fans_out = args.shards is not None or (args.by == "runtime" and args.shard is None)
     if args.json:
-        emit_json(fan_out(plan, args.shards, durations) if args.shards else plan_json(plan))
+        if args.build_jobs:
+            emit_json(build_jobs(plan))
+        else:
+            emit_json(fan_out(plan, args.shards, durations, args.by) if fans_out else plan_json(plan))
         return int(ExitCode.OK)
     print_preamble(plan, "(dry run: nothing is built or run)")
-    if args.shards:
-        for part in partition(plan.cells, args.shards, durations):
+    if fans_out:
+        for part in split(plan, args.shards, args.by, durations):
             console.print(
                 f"   shard {part.shard}: {len(part.cells)} cell(s), {part.builds} build(s), ~{part.seconds:.0f} s"
             )

@@ -173,6 +173,12 @@ def known_breaks(doc: Document, problems: list[str]) -> tuple[KnownBreak, ...]:
         if any(k.name == item["name"] for k in out):
             problems.append(f"{doc.where((*where, 'name'))}: {item['name']!r} names another known break too")
             continue
+        if "cells" not in item and "symbols" not in item:
+            problems.append(
+                f"{doc.where(where)}: {item['name']!r} acknowledges nothing: give `cells:` (selectors as -k takes "
+                "them) or `symbols:` (symbol names, * ? [...] wildcards), or both"
+            )
+            continue
         cells, symbols = item.get("cells", ()), item.get("symbols", ())
         selectors = (cells,) if isinstance(cells, str) else tuple(cells)
         patterns = (symbols,) if isinstance(symbols, str) else tuple(symbols)

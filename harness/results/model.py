@@ -15,7 +15,7 @@ from harness.core.errors import BadInputError, ExitCode, InfrastructureError
 from harness.core.files import run_relative
 from harness.core.status import Condition, Status
 from harness.core.text import natural_key
-from harness.plan import Cell, PlanIdentity
+from harness.plan import Cell, PlanIdentity, cell_id_parts
 from harness.provision.host import HostFacts
 from harness.results.cases import CaseCounts, DocDifference
 from harness.results.known_breaks import outcomes
@@ -141,6 +141,34 @@ class CellResult:
             build_python=cell.build.python,
             runtime_python=cell.runtime.python,
             **details,
+        )
+
+    @classmethod
+    def unreported(cls, cell_id: str, reason: str, backend: str) -> CellResult:
+        """ERROR for a cell of the plan that no shard reported (`merge --allow-missing`): what is known of it is
+        its id; its promise is unknown (none), since the shard that would have decided it from the artifact is lost."""
+        parts = cell_id_parts(cell_id)
+        if parts is None:
+            raise ValueError(f"{cell_id!r} is not a cell id")
+        return cls(
+            id=cell_id,
+            build_id=cell_id.rpartition("~")[0],
+            runtime_id=cell_id.rpartition("~")[2],
+            extension=parts["extension"] or "",
+            build_torch=parts["build_torch"] or "",
+            build_variant=parts["build_variant"] or "auto",
+            target=parts["target"],
+            runtime_torch=parts["runtime_torch"] or "",
+            runtime_variant=parts["runtime_variant"] or "auto",
+            backend=backend,
+            device=parts["device"] or "cpu",
+            status=Status.ERROR,
+            reason=reason,
+            expected=Expected.NONE,
+            expected_why="unknown: its shard reported nothing",
+            verdict=Verdict.ERROR,
+            build_python=parts["build_python"],
+            runtime_python=parts["runtime_python"],
         )
 
     def retried(self, again: CellResult) -> CellResult:

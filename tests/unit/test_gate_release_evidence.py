@@ -162,21 +162,15 @@ def test_replay_takes_each_release_against_the_one_before_it() -> None:
         ("2.11.0", "2.10.0"),
         ("2.12.1", "2.11.0"),
     ]
-    row = ReplayRow(
-        "2.12.1",
-        "2.11.0",
-        "NO-GO",
-        ("a <b>",),
-        (),
-        "r",
-        1.0,
-        {
-            "headers": {"findings": [{"inherited": False, "acknowledged_by": None}]},
-            "probe_cells": [{"verdict": "broken"}],
-        },
-    )
-    text = replay_markdown([row], 60.0)
-    assert "| 2.12.1 | 2.11.0 | **NO-GO** | 1 / 0 / 0 | 1 of 1 | 0 | 0 | 0 | a &lt;b&gt; |" in text
+    data = {
+        "headers": {"findings": [{"name": "a_<b>", "inherited": False, "acknowledged_by": None}]},
+        "probe_cells": [{"verdict": "broken"}, {"verdict": "kept"}],
+        "broken_cells": [{"id": "header_probe@b2.12.1-t2.10~r2.10.0-cpu"}, {"id": "x@b~r"}],
+    }
+    row = ReplayRow("2.12.1", "2.11.0", "NO-GO", ("why",), (), "r", 1.0, data)
+    text = replay_markdown([row, ReplayRow("2.13.0", "2.12.1", "UNDECIDED", ("error: boom",), (), "", 0.0, {})], 60)
+    assert "| 2.12.1 | 2.11.0 | **NO-GO** | 1 / 0 / 0 | 1 of 2 | 0 | 0 | 1 | `a_<b>` |" in text
+    assert "| 2.13.0 | 2.12.1 | **UNDECIDED** | | | | | | error: boom |" in text
 
 
 def test_the_probe_leaves_out_the_shims_of_devices_no_linux_wheel_exports() -> None:

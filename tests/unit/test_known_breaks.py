@@ -205,3 +205,24 @@ def test_merged_shards_keep_the_entries_and_their_states(repo: Path, tmp_path: P
     assert [(k["name"], k["state"], k["matched"]) for k in merged["known_breaks"]] == [
         ("accepted-one", "accepted", ["stable_basic@b2.9.1~r2.10.0-cpu"])
     ]
+
+
+def test_an_entry_names_cells_or_symbols_or_both_and_one_of_them_is_required(tmp_path: Path) -> None:
+    path = tmp_path / "matrix.yaml"
+    path.write_text(
+        MATRIX + "  - {name: a, symbols: 'aoti_torch_*_to_ivalue', reason: r, link: l, expires: 2026-12-31}\n"
+        "  - {name: b, cells: x, symbols: [s1, s2], reason: r, link: l, expires: 2026-12-31}\n"
+    )
+    entries = load_matrix(path).known_breaks
+    assert [(k.name, k.cells, k.symbols) for k in entries] == [
+        ("a", (), ("aoti_torch_*_to_ivalue",)),
+        ("b", ("x",), ("s1", "s2")),
+    ]
+    assert KnownBreak.from_json(json.loads(json.dumps(entries[0].to_json()))) == entries[0]
+    path.write_text(MATRIX + "  - {name: a, reason: r, link: l, expires: 2026-12-31}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_matrix(path)
+    assert caught.value.problems == [
+        "line 9: known_breaks[0]: 'a' acknowledges nothing: give `cells:` (selectors as -k takes them) or "
+        "`symbols:` (symbol names, * ? [...] wildcards), or both"
+    ]

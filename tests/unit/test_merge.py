@@ -272,3 +272,29 @@ def test_shards_from_a_checkout_whose_test_changed_are_another_plan(repo: Path, 
     edited = make_plan(load_matrix(copy / "matrix.yaml"), SELECTORS).identity
     (difference,) = edited.differences(unchanged)
     assert difference.startswith("matrix file (") and edited.digest != unchanged.digest
+
+
+def test_allow_missing_merges_what_arrived_and_errors_each_lost_cell_with_its_shard(plan: Plan, tmp_path: Path) -> None:
+    parts = [shard_plan(plan, Shard(k, 3, "runtime")) for k in (1, 2, 3)]
+    arrived = [write_run(parts[k - 1], tmp_path / f"shard-{k}") for k in (1, 3)]
+    merged = merge_reports(arrived, tmp_path / "merged", allow_missing=True)
+    lost = {c.id for c in parts[1].cells}
+    assert lost and {c.id for c in merged.run.cells} == {c.id for c in plan.cells}
+    for cell in merged.run.cells:
+        if cell.id in lost:
+            assert (cell.status, cell.reason) == (Status.ERROR, "shard 2/3 reported nothing")
+            assert cell.runtime_id == cell.id.rpartition("~")[2] and cell.extension == cell.id.partition("@")[0]
+        else:
+            assert cell.status in (Status.PASS, Status.LOAD_FAILED)
+    jsonschema.validate(json.loads((merged.run_dir / "results.json").read_text()), load_schema("results"))
+    out = tmp_path / "cli"
+    assert main(["merge", *map(str, arrived), "--allow-missing", "--reports-dir", str(out)]) == 3
+    assert "shard 2/3 reported nothing" in (out / "latest" / "summary.md").read_text()
+
+
+def test_allow_missing_of_a_split_by_cells_names_the_shard_that_did_not_report(
+    plan: Plan, shards: list[Path], tmp_path: Path
+) -> None:
+    merged = merge_reports([shards[0], shards[2]], tmp_path / "merged", allow_missing=True)
+    errors = {c.reason for c in merged.run.cells if c.status is Status.ERROR}
+    assert errors == {"shard 2/3 reported nothing"}

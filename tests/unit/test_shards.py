@@ -11,7 +11,7 @@ from harness.config.matrix import load_matrix
 from harness.core.errors import BadInputError
 from harness.core.schema import load_schema
 from harness.plan import Cell, Plan, PlanIdentity, Shard, make_plan
-from harness.shard import CELL_SECONDS, build_seconds, fan_out, partition, shard_plan
+from harness.shard import CELL_SECONDS, build_seconds, fan_out, partition, shard_plan, split
 
 
 @pytest.fixture
@@ -180,3 +180,29 @@ def test_an_empty_shard_runs_nothing_and_reports_0_cells(repo: Path, tmp_path: P
     assert data["cells"] == [] and data["exit_code"] == 0
     assert data["plan"]["shard"] == {"index": 3, "count": 3} and len(data["plan"]["cells"]) == 2
     assert "shard 3/3 of a plan of 2 cells" in (tmp_path / "r" / "latest" / "summary.md").read_text()
+
+
+def test_a_split_by_runtime_keeps_each_runtime_in_one_shard_and_covers_every_cell(plan: Plan) -> None:
+    parts = split(plan, 3, "runtime")
+    runtimes = [{c.runtime.id for c in part.cells} for part in parts]
+    assert all(runtimes) and sum(len(r) for r in runtimes) == len({c.runtime.id for c in plan.cells})
+    assert sorted(c.id for part in parts for c in part.cells) == sorted(c.id for c in plan.cells)
+    assert len(split(plan, None, "runtime")) == len({c.runtime.id for c in plan.cells})  # one per runtime
+    shard = shard_plan(plan, Shard(2, 3, "runtime"))
+    assert shard.cells == parts[1].cells and shard.identity.shard == Shard(2, 3, "runtime")
+    assert PlanIdentity.from_json(shard.identity.to_json()).shard == Shard(2, 3, "runtime")
+
+
+def test_plan_by_runtime_json_names_each_jobs_runtimes_and_build_jobs_each_build_torch(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["plan", "--matrix", str(repo / "matrix.yaml"), "--by", "runtime", "--shards", "2", "--json"]) == 0
+    jobs = json.loads(capsys.readouterr().out)
+    assert [j["shard"] for j in jobs["include"]] == ["1/2", "2/2"]
+    named = [r for j in jobs["include"] for r in j["runtimes"].split()]
+    assert len(named) == len(set(named)) == len(load_matrix(repo / "matrix.yaml").runtimes)
+    assert main(["plan", "--matrix", str(repo / "matrix.yaml"), "--build-jobs", "--json"]) == 0
+    builds = json.loads(capsys.readouterr().out)["include"]
+    assert {b["torch"] for b in builds} == {str(b.torch) for b in load_matrix(repo / "matrix.yaml").builds}
+    with pytest.raises(BadInputError, match="at most 11"):
+        fan_out(make_plan(load_matrix(repo / "matrix.yaml"), ()), 12, by="runtime")
