@@ -23,9 +23,10 @@ from pathlib import Path
 from packaging.version import Version
 
 from harness.config import BuildSpec, Matrix, RuntimeSpec
+from harness.config.extension import load_extension
 from harness.core.errors import ConfigError
 from harness.core.versions import ApiLevel, parse_release
-from harness.probe_extension import load_probe, probe_targets, with_header_probe, write_probe
+from harness.probe_extension import probe_targets, with_header_probe, write_probe
 from harness.provision.envs import EnvManager, EnvSpec
 from harness.provision.sources import resolve_sources
 from harness.static.audit import DEVICES_WITHOUT_EXPORTS
@@ -103,7 +104,7 @@ def add_header_probe(matrix: Matrix, release: Version, probes: Path) -> Matrix:
         return matrix
     headers, visibility = found
     targets = probe_targets(visibility, oldest_served(matrix), other_platforms(str(release), visibility.names()))
-    extension = load_probe(write_probe(probes, str(release), headers, targets))
+    extension = load_extension(write_probe(probes, str(release), headers, targets))
     return with_header_probe(matrix, release, extension, [t.target for t in targets])
 
 

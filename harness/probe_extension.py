@@ -30,7 +30,6 @@ from pathlib import Path
 from packaging.version import Version
 
 from harness.config import BuildSpec, Extension, Matrix
-from harness.config.extension import load_extension
 from harness.core.files import write_atomic
 from harness.core.versions import ApiLevel
 from harness.static.visibility import OLDEST_TARGET, Visibility
@@ -228,7 +227,3 @@ def with_header_probe(matrix: Matrix, release: Version, extension: Extension, ta
             builds.append(BuildSpec(extension, release, target=target, runtimes=later))
     extensions = {**matrix.extensions, extension.name: extension}
     return dataclasses.replace(matrix, builds=tuple(builds), extensions=extensions)
-
-
-def load_probe(directory: Path) -> Extension:
-    return load_extension(directory)

@@ -109,7 +109,7 @@ def gate_once(args: argparse.Namespace) -> tuple[Gate, Path]:
         args.candidate, [str(r.torch) for r in plain.runtimes if str(r.torch) != args.candidate]
     )
     ref = candidate_ref(args.candidate, args.candidate_wheel, plain.sources.find_links, manifest.releases)
-    candidate_env(plain, args.candidate, args.cache_dir)  # its headers: the audit and the probe read them
+    env = candidate_env(plain, args.candidate, args.cache_dir)  # made once: the probe, the audit, the op schemas
     plan = selected_plan(args)
     timings: dict[str, float] = {}
     started = time.monotonic()
@@ -119,16 +119,14 @@ def gate_once(args: argparse.Namespace) -> tuple[Gate, Path]:
     started = time.monotonic()
     oldest = oldest_served(plain)
     console.print(f"[bold]== headers[/]: torch {escape(args.candidate)} at every target from {oldest}")
-    candidate_audit, previous_audit = header_audits(
-        manifest, plan.matrix, args.candidate, previous, args.cache_dir, oldest
-    )
+    candidate_audit, previous_audit = header_audits(manifest, env, args.candidate, previous, oldest)
     timings["header_audit"] = time.monotonic() - started
     started = time.monotonic()
     executed = execute(args, plan)
     timings["matrix_run"] = time.monotonic() - started
     timings |= probe_timings(executed)
     started = time.monotonic()
-    ops = op_schema_evidence(previous, args.candidate, executed, candidate_env(plain, args.candidate, args.cache_dir))
+    ops = op_schema_evidence(previous, args.candidate, executed, env)
     timings["op_schema_diff"] = time.monotonic() - started
     run, run_dir = executed.run, executed.run_dir
     result = against_baseline(baseline, run, run_dir) if baseline is not None else None
@@ -152,12 +150,12 @@ def candidate_env(matrix: Matrix, candidate: str, cache_dir: Path | None) -> Env
 
 
 def header_audits(
-    manifest: Manifest, matrix: Matrix, candidate: str, previous: str, cache_dir: Path | None, oldest: ApiLevel
+    manifest: Manifest, env: Env, candidate: str, previous: str, oldest: ApiLevel
 ) -> tuple[GuardAudit, GuardAudit | None]:
     """The candidate's headers audited at every target from the oldest the matrix serves, each claim confirmed
-    by compiling against its torch/include (its env is made when missing); the previous release's from the
-    packaged data, to tell inherited findings from new ones (None when the harness never preprocessed them)."""
-    include = candidate_env(matrix, candidate, cache_dir).torch_lib.parent / "include"
+    by compiling against its env's torch/include; the previous release's from the packaged data, to tell
+    inherited findings from new ones (None when the harness never preprocessed them)."""
+    include = env.torch_lib.parent / "include"
     audit = audit_guards(manifest, candidate, oldest, include, probe=True)
     before = None
     if previous in packaged_visibility() and ApiLevel.of(Version(previous)) >= OLDEST_TARGET:

@@ -130,15 +130,15 @@ class ProbeCell:
         return dataclasses.asdict(self) | {"missing": list(self.missing)}
 
 
+FAILED = (Verdict.BROKEN, Verdict.KNOWN_BREAK)  # a probe cell that did not load, acknowledged or not
+
+
 def probe_cells(cells: Iterable[CellResult]) -> tuple[ProbeCell, ...]:
     return tuple(
         ProbeCell(c.id, c.target, c.runtime_torch, c.verdict.value, c.missing_names if c.verdict in FAILED else ())
         for c in cells
         if is_header_probe(c.extension)
     )
-
-
-FAILED = (Verdict.BROKEN, Verdict.KNOWN_BREAK)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -180,3 +180,5 @@ def test_the_probe_leaves_out_the_shims_of_devices_no_linux_wheel_exports() -> N
     names = {n for t in probe_targets(visibility, elsewhere=elsewhere) for n in t.names}
     assert not {n for n in names if n.startswith(("aoti_torch_mps_", "aoti_torch_xpu_"))}
     assert "aoti_torch_device_type_mps" in names  # a CPU function that names the device: every release exports it
+    by_name_alone = {n for t in probe_targets(visibility) for n in t.names}  # a candidate the manifest lacks
+    assert not {n for n in by_name_alone if n.startswith(("aoti_torch_mps_", "aoti_torch_xpu_"))}
