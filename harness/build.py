@@ -16,7 +16,8 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from importlib import resources
 from pathlib import Path
 
 from harness.core import commands
@@ -36,6 +37,12 @@ log = logging.getLogger(__name__)
 BUILD_FORMAT = 3  # 2: reasons with shortened paths; 3: digests of the wheel and site/, failures say why
 HANDOFF_FORMAT = 1  # what `export` writes and `adopt` reads (a CI graph's build job to its run jobs)
 IGNORED = BUILD_OUTPUTS  # never copied into a build, never part of its sources' digest
+DERIVED_SUITE_MANIFEST = "_harness_wheel.json"  # the derived suite's MANIFEST (harness/execute/wheel_suite)
+
+
+def derived_suite_script() -> Path:
+    """The derived suite of a published wheel, which is also the script that records its reference."""
+    return Path(str(resources.files("harness.execute").joinpath("wheel_suite", "test_wheel_modules.py")))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,13 +119,24 @@ def first_error_line(text: str, work: Path) -> str:
     return "the recipe exited non-zero (see the build log)"
 
 
+# Confines a command that runs an artifact's code (argv, the paths it may write -> argv to run): the cells' sandbox.
+Confine = Callable[[Sequence[str], Sequence[Path]], list[str]]
+
+
 class Builder:
-    def __init__(self, root: Path, timeout: float, verify_env: Callable[[Env], str | None] | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        timeout: float,
+        verify_env: Callable[[Env], str | None] | None = None,
+        confine: Confine | None = None,
+    ) -> None:
         self.root = root / "builds"
         self.timeout = timeout
         self.uv = uv_binary()
         self.compiler = compiler_identity()
         self.verify_env = verify_env  # after a failed build: was it the env, not the extension?
+        self.confine = confine or (lambda argv, writable: list(argv))
 
     def build(self, build: Build, env: Env) -> BuildResult:
         key = cache_key(build, env.torch_version, self.compiler)
@@ -308,6 +326,8 @@ class Builder:
         ok = wheel is not None
         if wheel is not None:
             self._site(wheel, out, str(env.python))
+            if build.extension.published is not None:
+                self._derived_suite_manifest(wheel, env, out)
         seconds = time.monotonic() - started
         meta = {
             "key": key,
@@ -326,6 +346,33 @@ class Builder:
         log.info("built %s in %.1f s: %s", build.id, seconds, "ok" if ok else f"FAILED: {reason}")
         site = out / "site" if ok else None
         return BuildResult(build, ok, reason, wheel, site, out / "build.log", seconds, False, key, findings)
+
+    def _derived_suite_manifest(self, wheel: Path, env: Env, out: Path) -> None:
+        """A published wheel's derived suite reads its modules and its reference from site/_harness_wheel.json:
+        each extension module (its dotted name when it is a CPython module), and what each registers on the build
+        torch, found by loading them there, in the cells' sandbox (it is the wheel's code that runs)."""
+        objects = [o for o in read_artifact(wheel) if prebuilt.SHARED_OBJECT.search(o.name)]
+        modules = []
+        for shared in objects:
+            dotted = shared.name.split(".")[0].replace("/", ".")
+            stem = dotted.rsplit(".", 1)[-1]
+            modules.append({"path": shared.name, "import": dotted if f"PyInit_{stem}" in shared.exports else None})
+        manifest = out / "site" / DERIVED_SUITE_MANIFEST
+        write_json(manifest, {"modules": modules})
+        reference = out / "reference.json"
+        argv = [str(env.python), str(derived_suite_script()), str(out / "site"), str(reference)]
+        try:
+            said = commands.run(self.confine(argv, [out]), timeout=300, check=False, cwd=out).stdout
+        except CommandError as exc:  # it hung: the cells will say so for themselves
+            said = f"{exc}\n{exc.output}"
+        try:
+            found = json.loads(reference.read_text())
+        except (OSError, ValueError):
+            found = {"torch": env.torch_version, "modules": {}, "error": said.strip()[-2000:]}
+            log.warning(
+                "the reference load of %s on torch %s failed: %s", wheel.name, env.torch_version, found["error"]
+            )
+        write_json(manifest, {"modules": modules, "reference": found})
 
     def _site(self, wheel: Path, out: Path, python: str) -> None:
         """Unpack a wheel into out/site (what every cell puts on its path), files of its own."""

@@ -19,7 +19,7 @@ from typing import Any
 from harness.collect import CellOutcome, classify
 from harness.config import Matrix
 from harness.core import commands, processes
-from harness.core.status import Status
+from harness.core.status import Condition, Status
 from harness.execute.api import CellExecution, CellRequest, Executor, RuntimeHandle
 from harness.plan import Cell, Plan
 from harness.prepare import Prepared, Preparer
@@ -27,9 +27,10 @@ from harness.provision.sources import uv_binary
 from harness.results.model import CellResult, relative_logs
 from harness.results.prediction import CellPrediction
 from harness.results.rundir import record_cell
+from harness.static import host_libraries
 from harness.static.artifact import RuntimeFacts, python_problem, wheel_tags
 from harness.static.predict import Prediction, findings
-from harness.verdict import Promise
+from harness.verdict import Expected, Promise
 
 log = logging.getLogger(__name__)
 # Outcomes that would count against the extension: before one stands, what the cell ran on is checked again.
@@ -149,6 +150,7 @@ class CellRunner:
         execution, outcome = self.execute(request)
         outcome = self.reconsider(request, execution, outcome)
         probe = outcome.probe
+        expectation = host_library_promise(outcome) or expectation
         startup = probe.plugin_started
         return self._result(
             cell,
@@ -169,6 +171,7 @@ class CellRunner:
             },
             prediction=CellPrediction.of(prediction) if prediction else None,
             doc_differences=probe.doc_differences,
+            modules=probe.modules,
             executor=execution.executor,
             findings=(
                 *build.findings,
@@ -230,6 +233,20 @@ class CellRunner:
         """A cell's result: its identity, what happened, and the promise it is judged against."""
         variant = self.prepared.handles[cell.runtime].variant
         return CellResult.judged(cell, status, reason, self.backend.name, runtime_torch, variant, **details)
+
+
+def host_library_promise(outcome: CellOutcome) -> Promise | None:
+    """A cell that failed to load only for want of host libraries (neither torch's nor CUDA's) is an expected
+    failure of class host-library, naming the library; None when anything else kept it from loading."""
+    if outcome.status is not Status.LOAD_FAILED:
+        return None
+    probe = outcome.probe
+    errors = [m.error or "" for m in probe.modules if m.error is not None] or ["\n".join(probe.error_chain)]
+    libraries = [host_libraries.missing_host_library(error) for error in errors]
+    if not all(libraries):
+        return None
+    named = sorted({lib for lib in libraries if lib})
+    return Promise(Expected.LOAD_FAILED, "; ".join(map(host_libraries.describe, named)), Condition.HOST_LIBRARY)
 
 
 @functools.lru_cache(maxsize=256)

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from harness.core.status import Status
 from harness.execute.api import CellExecution
-from harness.results.cases import CaseCounts, DocDifference, doc_differences
+from harness.results.cases import CaseCounts, DocDifference, ModuleLoad, doc_differences, module_loads
 from harness.static.symbols import demangle
 
 PYTEST_EXIT = {
@@ -131,6 +131,7 @@ class ProbeRecord:
     doc_differences: tuple[DocDifference, ...] = ()
     collect_error: ImportFailure | None = None  # the first module or conftest that did not import
     missing_modules: tuple[tuple[str, str], ...] = ()  # (test, top-level module) for tests that failed on one
+    modules: tuple[ModuleLoad, ...] = ()  # a published wheel's derived suite: how each extension module loaded
 
     @classmethod
     def of(cls, data: dict[str, Any]) -> ProbeRecord:
@@ -156,6 +157,7 @@ class ProbeRecord:
             doc_differences=doc_differences(data.get("doc_differences")),
             collect_error=ImportFailure.of(data.get("collect_error")),
             missing_modules=_missing_modules(data.get("missing_modules")),
+            modules=module_loads(data.get("modules")),
         )
 
     @classmethod
@@ -305,6 +307,20 @@ def classify(execution: CellExecution, timeout: float) -> CellOutcome:
         else:
             reason = (probe.error_chain or ("unknown load error",))[-1]
         return outcome(Status.LOAD_FAILED, reason, missing_symbol=symbol)
+    unloaded = [m for m in probe.modules if m.error is not None]
+    if unloaded and code in (0, 1):  # a published wheel's derived suite: one module's load failure fails the cell
+        first = unloaded[0]
+        if first.missing_symbol:
+            why = f"undefined symbol: {first.missing_symbol}"
+        elif first.missing_library:
+            why = f"{first.missing_library}: cannot open shared object file"
+        else:
+            why = (first.error or "").splitlines()[0][:200]
+        return outcome(
+            Status.LOAD_FAILED,
+            f"{len(unloaded)} of {len(probe.modules)} modules did not load: {first.name}: {why}",
+            missing_symbol=first.missing_symbol,
+        )
     module_file = probe.module_file
     if module_file and not Path(module_file).resolve().is_relative_to(execution.view.site.resolve()):
         return outcome(Status.ERROR, f"the tests imported the extension from {module_file}, not from the built wheel")

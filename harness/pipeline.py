@@ -11,6 +11,7 @@ import datetime
 import functools
 import logging
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from elftools.common.exceptions import ELFError
@@ -31,6 +32,7 @@ from harness.prepare import Observer, Preparer
 from harness.provision.host import HostFacts
 from harness.provision.sources import resolve_sources
 from harness.render.report import write_report
+from harness.results.cases import PublishedBuild
 from harness.results.known_breaks import acknowledge
 from harness.results.model import CellResult, RunResult
 from harness.results.rundir import new_run_dir, point_latest, record_cell, with_build_log
@@ -184,6 +186,7 @@ class Pipeline:
             hosts=(HostFacts.probe(),),
             known_breaks=known,
             candidate=self.plan.matrix.candidate,
+            published=published_builds(self.plan.builds),
         )
         write_report(run, run_dir)
         point_latest(self.options.reports_dir, run_dir)
@@ -259,3 +262,24 @@ def read_artifacts(builds: dict[Build, BuildResult]) -> Artifacts:
             except (ELFError, OSError, HarnessError) as exc:
                 log.warning("%s: cannot read the built wheel's ELF symbols, no prediction: %s", build.id, exc)
     return artifacts
+
+
+def published_builds(builds: Sequence[Build]) -> tuple[PublishedBuild, ...]:
+    """What the plan's published-wheel builds are, as the report gives them."""
+    found = []
+    for build in builds:
+        facts = build.extension.published
+        if facts is not None:
+            found.append(
+                PublishedBuild(
+                    build.id,
+                    facts.requirement,
+                    facts.filename,
+                    facts.url,
+                    facts.sha256,
+                    facts.torch_pin,
+                    facts.build_torch_from,
+                    facts.target_from,
+                )
+            )
+    return tuple(found)

@@ -12,6 +12,7 @@ from typing import Protocol
 from harness.build import Builder, BuildResult
 from harness.core.errors import BadInputError
 from harness.core.parallel import parallel
+from harness.execute import sandbox
 from harness.execute.api import CellRequest, Executor, RuntimeHandle
 from harness.plan import Build, Cell, Plan, Runtime
 from harness.provision import interpreters
@@ -68,7 +69,9 @@ class Preparer:
         self.observer = observer
         self.backend = backend
         self.envs = EnvManager(cache_dir, resolve_sources(plan.matrix.sources))
-        self.builder = Builder(cache_dir, plan.matrix.settings.build_timeout, verify_env=self.envs.verify)
+        self.builder = Builder(
+            cache_dir, plan.matrix.settings.build_timeout, verify_env=self.envs.verify, confine=sandbox.detect().wrap
+        )
         self.overlays = OverlayManager(cache_dir, self.envs.sources)
 
     def prepare(self) -> Prepared:

@@ -43,6 +43,7 @@ COMMANDS: tuple[Callable[[Command], None], ...] = (
     run.add_build,
     reports.add_report,
     reports.add_compat,
+    reports.add_census,
     reports.add_merge,
     analyse.add_check,
     analyse.add_abi_diff,

@@ -39,6 +39,7 @@ from harness.core.errors import BadInputError, ExitCode
 from harness.core.files import writable_dir
 from harness.plan import Plan, make_plan
 from harness.provision.envs import default_cache_dir
+from harness.published import with_published
 from harness.results.diff import load_run
 from harness.results.model import ReportError, RunResult
 from harness.shard import build_jobs, fan_out, measured_durations, plan_json, shard_plan, split
@@ -261,11 +262,14 @@ def add_build(command: Command) -> None:
 
 
 def load_matrix_with_overrides(args: argparse.Namespace) -> Matrix:
+    """The matrix as a command runs it: overrides applied, published wheels resolved (downloaded once into the
+    cache), the candidate's probe added."""
     matrix = with_overrides(load_matrix(args.matrix), args.add_runtime, args.extra_index_url, args.find_links)
+    cache = (getattr(args, "cache_dir", None) or default_cache_dir()).absolute()
+    matrix = with_published(matrix, cache)
     if not args.candidate:
         return matrix
-    probes = (getattr(args, "cache_dir", None) or default_cache_dir()).absolute() / "header-probes"
-    return with_candidate(matrix, args.candidate, probes)
+    return with_candidate(matrix, args.candidate, cache / "header-probes")
 
 
 def durations_of(args: argparse.Namespace) -> dict[str, float] | None:

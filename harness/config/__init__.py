@@ -73,6 +73,7 @@ class Extension:
     wheel: Path | None = None  # recipe 'wheel': the user's prebuilt wheel, unpacked instead of built
     # What the suite needs beyond torch, pytest and numpy (requirement strings, `-r` files read): an overlay per runtime
     test_requires: tuple[str, ...] = ()
+    published: PublishedFacts | None = None  # a published wheel (`wheel: <requirement>` build): the derived suite runs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,6 +132,31 @@ class KnownBreak:
 
 
 @dataclasses.dataclass(frozen=True)
+class PublishedRequest:
+    """A build entry naming a published wheel by requirement (`wheel: "torchao==0.18.0"`): resolved, downloaded
+    and read (its build torch and target come from the wheel) by harness.published before a plan is made."""
+
+    requirement: str
+    where: str  # the entry in its matrix file, for messages: "census.yaml: builds[0]"
+    runtimes: tuple[Version, ...] = ()  # empty: every runtime of the matrix
+    cuda: CudaPolicy = CudaPolicy.SAME_MAJOR
+
+
+@dataclasses.dataclass(frozen=True)
+class PublishedFacts:
+    """What a published wheel build is, as read from the registry and the artifact (shown beside its verdicts)."""
+
+    requirement: str
+    filename: str
+    url: str  # redacted
+    sha256: str
+    torch_pin: str | None  # the wheel's Requires-Dist on torch, as written; reported, never obeyed
+    build_torch_from: str  # where B came from, in words
+    target_from: str  # where T came from, in words
+    reference: Path | None = None  # what each module registers on B (written when the wheel is unpacked)
+
+
+@dataclasses.dataclass(frozen=True)
 class Matrix:
     path: Path
     python: str
@@ -142,6 +168,7 @@ class Matrix:
     docker: DockerSettings = DockerSettings()
     known_breaks: tuple[KnownBreak, ...] = ()
     candidate: str | None = None  # `run --candidate`: a release added as a runtime and as a build torch
+    published: tuple[PublishedRequest, ...] = ()  # builds naming published wheels, not yet resolved
 
 
 def is_path(request: str) -> bool:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import Version
 
 from harness.config import (
@@ -22,6 +23,7 @@ from harness.config import (
     Extension,
     KnownBreak,
     Matrix,
+    PublishedRequest,
     RuntimeSpec,
     Settings,
     Sources,
@@ -48,7 +50,15 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
     runtimes = _runtimes(doc, problems)
     python = python_request(doc, data.get("python", DEFAULT_PYTHON)) or DEFAULT_PYTHON
     builds: list[BuildSpec] = []
+    published: list[PublishedRequest] = []
     for index, item in enumerate(data["builds"]):
+        if "wheel" in item or "extension" not in item:
+            request = _published(doc, index, runtimes, problems)
+            if request is not None:
+                if any(p.requirement == request.requirement for p in published):
+                    problems.append(f"{doc.where(('builds', index))}: duplicate build {item!r}")
+                published.append(request)
+            continue
         build = _build(doc, index, extensions, failed, runtimes, python, problems)
         if build is None:
             continue
@@ -78,6 +88,7 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
         builds=tuple(builds),
         docker=DockerSettings(**(data.get("docker") or {})),
         known_breaks=acknowledged,
+        published=tuple(published),
     )
 
 
@@ -97,6 +108,67 @@ def _runtimes(doc: Document, problems: list[str]) -> list[RuntimeSpec]:
     return runtimes
 
 
+def _published(
+    doc: Document, index: int, runtimes: Sequence[RuntimeSpec], problems: list[str]
+) -> PublishedRequest | None:
+    """A build entry naming a published wheel: a requirement, with no extension, torch, variant or target (those
+    are read from the wheel)."""
+    item = doc.data["builds"][index]
+    where = ("builds", index)
+    if "wheel" not in item:
+        problems.append(
+            f"{doc.where(where)}: a build names an `extension:` and its `torch:`, or a published wheel "
+            '(`wheel: "torchao==0.18.0"`)'
+        )
+        return None
+    given = [key for key in ("extension", "torch", "variant", "target", "python") if key in item]
+    if given:
+        problems.append(
+            f"{doc.where(where)}: {', '.join(f'`{k}:`' for k in given)} cannot be given for a published wheel: "
+            "its build torch and target are read from the wheel, and it is resolved for each runtime's Python"
+        )
+    text = item["wheel"]
+    try:
+        requirement = Requirement(text)
+    except InvalidRequirement as exc:
+        problems.append(f"{doc.where((*where, 'wheel'))}: {text!r} is not a requirement: {exc}")
+        return None
+    if requirement.url or requirement.marker or requirement.extras:
+        problems.append(
+            f"{doc.where((*where, 'wheel'))}: {text!r}: give a name and a version specifier only "
+            "(`torchao==0.18.0`); a local wheel is an extension with `recipe: wheel`"
+        )
+    if not requirement.specifier:
+        problems.append(
+            f"{doc.where((*where, 'wheel'))}: {text!r} names no version: pin the release to prove "
+            f"(`{requirement.name}==X.Y.Z`), so that a run is repeatable"
+        )
+    only = _only_runtimes(doc, where, item, runtimes, problems)
+    cuda = CudaPolicy(item.get("cuda", CudaPolicy.SAME_MAJOR))
+    return PublishedRequest(str(requirement), doc.where(where), tuple(only), cuda)
+
+
+def _only_runtimes(
+    doc: Document,
+    where: tuple[str | int, ...],
+    item: dict[str, Any],
+    runtimes: Sequence[RuntimeSpec],
+    problems: list[str],
+) -> list[Version]:
+    """A build's `runtimes:`, each checked to be a runtime release of the matrix."""
+    known_runtimes = sorted({str(r.torch) for r in runtimes})
+    only: list[Version] = []
+    for position, text in enumerate(item.get("runtimes", ())):
+        if text in known_runtimes:
+            only.append(parse_release(text))
+            continue
+        problems.append(
+            f"{doc.where((*where, 'runtimes', position))}: {text!r} is not a runtime of this matrix; "
+            f"runtimes: {', '.join(known_runtimes)}{did_you_mean(text, known_runtimes)}"
+        )
+    return only
+
+
 def _build(
     doc: Document,
     index: int,
@@ -109,6 +181,11 @@ def _build(
     """One entry of `builds:` checked against the extensions and runtimes; None when it cannot be made."""
     item = doc.data["builds"][index]
     where = ("builds", index)
+    if "torch" not in item:
+        problems.append(
+            f"{doc.where(where)}: a build of {item['extension']!r} names its `torch:`, the release to build against"
+        )
+        return None
     torch = _release(doc, (*where, "torch"), item["torch"], problems)
     ext = extensions.get(item["extension"])
     if ext is None:
@@ -125,16 +202,7 @@ def _build(
             f"{doc.where((*where, 'target'))}: target {item['target']!r} is below the extension's "
             f"min_target {str(ext.min_target)!r}; its sources do not build for that level"
         )
-    known_runtimes = sorted({str(r.torch) for r in runtimes})
-    only: list[Version] = []
-    for position, text in enumerate(item.get("runtimes", ())):
-        if text in known_runtimes:
-            only.append(parse_release(text))
-            continue
-        problems.append(
-            f"{doc.where((*where, 'runtimes', position))}: {text!r} is not a runtime of this matrix; "
-            f"runtimes: {', '.join(known_runtimes)}{did_you_mean(text, known_runtimes)}"
-        )
+    only = _only_runtimes(doc, where, item, runtimes, problems)
     if ext.wheel is not None and torch is not None:
         problems.extend(
             f"{doc.where(where)}: {p}" for p in prebuilt.claim_problems(ext.name, ext.wheel, torch, target, python)

@@ -33,6 +33,7 @@ class Condition(enum.StrEnum):
     PYTHON_ABI = "python-abi"  # the wheel's tags do not fit the runtime's CPython
     NO_CUDA = "no-cuda"  # it needs CUDA (libtorch_cuda.so, libcudart.so.N...); the runtime's torch has none
     CUDA_MAJOR = "cuda-major"  # it needs libcudart.so.N (or another CUDA-major library) of another major
+    HOST_LIBRARY = "host-library"  # it needs a library neither torch nor CUDA provides, and the runtime lacks it
 
 
 CONDITION_MEANING = {
@@ -43,4 +44,6 @@ CONDITION_MEANING = {
     Condition.PYTHON_ABI: "the wheel's tags fit no tag of the runtime's CPython",
     Condition.NO_CUDA: "the build needs CUDA libraries; the runtime's torch is a build without CUDA",
     Condition.CUDA_MAJOR: "the build needs a CUDA major the runtime's torch does not ship",
+    Condition.HOST_LIBRARY: "a module needs a library that neither torch nor CUDA provides (a codec, a BLAS), "
+    "and the runtime's system lacks it",
 }

@@ -80,14 +80,16 @@ class Listed:
     url: str
     metadata_url: str | None = None
     yanked: bool = False
+    sha256: str | None = None  # the digest the source states for the file (PEP 691 hashes, a #sha256= fragment)
 
 
-def list_source(source: Source, timeout: float) -> list[Listed]:
-    """The files one source lists for torch. Raises InfrastructureError naming the source."""
+def list_source(source: Source, timeout: float, project: str = PROJECT) -> list[Listed]:
+    """The files one source lists for a project (torch unless told; a find-links source lists every project's
+    files: the caller picks by file name). Raises InfrastructureError naming the source."""
     started = time.monotonic()
     try:
         files = (
-            _list_index(source.location, timeout)
+            _list_index(source.location, timeout, project)
             if source.kind is SourceKind.INDEX
             else _list_links(source.location, timeout)
         )
@@ -118,26 +120,26 @@ def local_path(location: str) -> Path | None:
     return None
 
 
-def _list_index(base: str, timeout: float) -> list[Listed]:
+def _list_index(base: str, timeout: float, name: str) -> list[Listed]:
     local = local_path(base)
     if local is not None:
         if not local.is_dir():
             raise ValueError("not a directory (a file:// index is a directory of project pages)")
-        project = local / PROJECT
+        project = local / name
         if (project / "index.html").is_file():
             page = project / "index.html"
             return parse_html_page(page.read_bytes().decode(), project.as_uri() + "/")
         if project.is_dir():
             return _list_directory(project)
-        log.info("index %s has no %s/: it serves no torch", redact(base), PROJECT)
+        log.info("index %s has no %s/: it serves no %s", redact(base), name, name)
         return []
-    url = f"{base.rstrip('/')}/{PROJECT}/"
+    url = f"{base.rstrip('/')}/{name}/"
     try:
         body, final_url, content_type = fetch(url, timeout, SIMPLE_ACCEPT, MAX_PAGE_BYTES)
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
             exc.close()
-            log.info("index %s has no %s page (HTTP 404): it serves no torch", redact(base), PROJECT)
+            log.info("index %s has no %s page (HTTP 404): it serves no %s", redact(base), name, name)
             return []
         raise
     if content_type == JSON_SIMPLE:
@@ -259,7 +261,9 @@ def parse_json_page(data: Any, page_url: str) -> list[Listed]:
         url = urllib.parse.urljoin(page_url, str(item.get("url", "")))
         served = item.get("core-metadata", item.get("dist-info-metadata", False))
         metadata = url + ".metadata" if served not in (False, None) else None
-        found.append(Listed(item["filename"], url, metadata, bool(item.get("yanked", False))))
+        hashes = item.get("hashes")
+        digest = hashes.get("sha256") if isinstance(hashes, dict) and isinstance(hashes.get("sha256"), str) else None
+        found.append(Listed(item["filename"], url, metadata, bool(item.get("yanked", False)), digest))
     return found
 
 
@@ -289,9 +293,10 @@ def parse_html_page(text: str, page_url: str) -> list[Listed]:
         href = attrs.get("href")
         if not href:
             continue
-        url, _ = urllib.parse.urldefrag(urllib.parse.urljoin(parser.base, href))
+        url, fragment = urllib.parse.urldefrag(urllib.parse.urljoin(parser.base, href))
+        digest = fragment.removeprefix("sha256=") if fragment.startswith("sha256=") else None
         filename = urllib.parse.unquote(urllib.parse.urlparse(url).path.rsplit("/", 1)[-1])
         served = attrs.get("data-core-metadata", attrs.get("data-dist-info-metadata", "false"))
         metadata = url + ".metadata" if served != "false" else None
-        found.append(Listed(filename, url, metadata, "data-yanked" in attrs))
+        found.append(Listed(filename, url, metadata, "data-yanked" in attrs, digest))
     return found

@@ -45,3 +45,66 @@ def doc_differences(entries: object) -> tuple[DocDifference, ...]:
         if entry["test"] not in seen:
             seen.append(entry["test"])
     return tuple(DocDifference(key, text, tuple(names)) for (key, text), names in sorted(tests.items()))
+
+
+@dataclasses.dataclass(frozen=True)
+class ModuleLoad:
+    """One extension module of a published wheel as its derived suite loaded it: its path in the wheel, the
+    loader's error (None: it loaded), the symbol or library the loader named, and how many operators it registered."""
+
+    path: str
+    error: str | None
+    missing_symbol: str | None = None
+    missing_library: str | None = None
+    registered: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.path.rsplit("/", 1)[-1]
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ModuleLoad:
+        return cls(data["path"], data["error"], data["missing_symbol"], data["missing_library"], data["registered"])
+
+
+TEXTS = ("error", "missing_symbol", "missing_library")
+
+
+TEXTS = ("error", "missing_symbol", "missing_library")
+
+
+def module_loads(entries: object) -> tuple[ModuleLoad, ...]:
+    """The probe's per-module records, by path; malformed entries are dropped, not fatal."""
+    found = []
+    for path, entry in sorted(entries.items()) if isinstance(entries, dict) else ():
+        if not isinstance(entry, dict):
+            continue
+        error, symbol, library = (entry[k] if isinstance(entry.get(k), str) else None for k in TEXTS)
+        registered = entry.get("registered")
+        found.append(ModuleLoad(str(path), error, symbol, library, registered if isinstance(registered, int) else 0))
+    return tuple(found)
+
+
+@dataclasses.dataclass(frozen=True)
+class PublishedBuild:
+    """A build that is a published wheel (`wheel: <requirement>`): what was downloaded, and where its build torch
+    and target were read from; its declared torch requirement, reported beside the verdicts and never obeyed."""
+
+    build: str  # the build id
+    requirement: str
+    filename: str
+    url: str  # redacted
+    sha256: str
+    torch_pin: str | None
+    build_torch_from: str
+    target_from: str
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PublishedBuild:
+        return cls(**{field.name: data[field.name] for field in dataclasses.fields(cls)})

@@ -235,17 +235,24 @@ def document(run: RunResult, found: Sequence[Claim]) -> list[str]:
     ]
 
 
-def splice(text: str, block: Sequence[str], source: str) -> str:
+def splice(
+    text: str,
+    block: Sequence[str],
+    source: str,
+    markers: tuple[str, str] = (MARK_BEGIN, MARK_END),
+    what: str = "compatibility table",
+) -> str:
     """text with what lies between its markers replaced by block (the markers' own lines kept). A text without
-    exactly one MARK_BEGIN followed by one MARK_END is refused, naming source and the lines to add."""
-    begins, ends = text.count(MARK_BEGIN), text.count(MARK_END)
-    start, stop = text.find(MARK_BEGIN), text.find(MARK_END)
+    exactly one begin marker followed by one end marker is refused, naming source and the lines to add."""
+    begin, end = markers
+    begins, ends = text.count(begin), text.count(end)
+    start, stop = text.find(begin), text.find(end)
     if begins != 1 or ends != 1 or stop < start:
-        found = f"{begins} {MARK_BEGIN!r} and {ends} {MARK_END!r}" + (", the end first" if stop < start else "")
+        found = f"{begins} {begin!r} and {ends} {end!r}" + (", the end first" if stop < start else "")
         raise BadInputError(
-            f"{source}: needs exactly one {MARK_BEGIN} line followed by one {MARK_END} line around the "
-            f"compatibility table (found {found}); add the two lines where the table belongs and run again"
+            f"{source}: needs exactly one {begin} line followed by one {end} line around the "
+            f"{what} (found {found}); add the two lines where the table belongs and run again"
         )
-    head = text[: start + len(MARK_BEGIN)]
+    head = text[: start + len(begin)]
     tail = text[stop:]
     return head + "\n" + "".join(f"{line}\n" for line in block) + tail

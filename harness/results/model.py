@@ -17,7 +17,7 @@ from harness.core.status import Condition, Status
 from harness.core.text import natural_key
 from harness.plan import Cell, PlanIdentity, cell_id_parts
 from harness.provision.host import HostFacts
-from harness.results.cases import CaseCounts, DocDifference
+from harness.results.cases import CaseCounts, DocDifference, ModuleLoad, PublishedBuild
 from harness.results.known_breaks import outcomes
 from harness.results.prediction import CellPrediction
 from harness.verdict import KEEPS_PROMISE, Expected, Promise, Verdict, judge, promise
@@ -28,8 +28,9 @@ from harness.verdict import KEEPS_PROMISE, Expected, Promise, Verdict, judge, pr
 # 5: the Python of each cell's build and runtime; 6: the hosts the run ran on (OS, glibc, compiler, nvcc), the
 # known_break verdict, each cell's known_break (the matrix's known_breaks entry that matched it), the run's
 # known_breaks with their state, and its candidate; 7: the plan's inputs (matrix content, harness version, each
-# extension's files), which its identity covers.
-RESULTS_SCHEMA_VERSION = 7
+# extension's files), which its identity covers; 8: each cell's modules (a published wheel's derived suite), the
+# host-library class, and the run's published-wheel builds.
+RESULTS_SCHEMA_VERSION = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,6 +98,7 @@ class CellResult:
     executor: str | None = None  # how its process started (fresh, forkserver, container); None: it did not start
     attempts: tuple[Attempt, ...] = ()  # every run of a cell run again (--rerun-broken), in order; else empty
     known_break: str | None = None  # the known_breaks entry matching its id, whatever its verdict (from version 6)
+    modules: tuple[ModuleLoad, ...] = ()  # a published wheel's derived suite: how each extension module loaded
 
     @property
     def missing_names(self) -> tuple[str, ...]:
@@ -215,6 +217,7 @@ class CellResult:
             "executor": self.executor,
             "attempts": [a.to_json() for a in self.attempts],
             "known_break": self.known_break,
+            "modules": [m.to_json() for m in self.modules],
         }
 
     @classmethod
@@ -251,6 +254,7 @@ class CellResult:
             executor=data.get("executor"),  # from 4
             attempts=tuple(Attempt.from_json(a, data["id"]) for a in data.get("attempts", ())),  # from 4
             known_break=data.get("known_break"),  # from 6
+            modules=tuple(ModuleLoad.from_json(m) for m in data.get("modules", ())),  # from 8
         )
 
 
@@ -271,6 +275,7 @@ class RunResult:
     hosts: tuple[HostFacts, ...] = ()  # the machines it ran on (a merge: each shard's); empty before version 6
     known_breaks: tuple[KnownBreak, ...] = ()  # the matrix's known_breaks entries (from version 6)
     candidate: str | None = None  # `run --candidate`: the release tried as a build torch and a runtime (from 6)
+    published: tuple[PublishedBuild, ...] = ()  # the builds that are published wheels (from 8)
 
     @property
     def exit_code(self) -> ExitCode:
@@ -314,6 +319,7 @@ class RunResult:
             "builds": list(self.build_order),
             "runtimes": list(self.runtime_order),
             "hosts": [h.to_json() for h in self.hosts],
+            "published": [p.to_json() for p in self.published],
             "cells": [c.to_json() for c in sorted(self.cells, key=lambda c: natural_key(c.id))],
         }
 
@@ -335,6 +341,7 @@ class RunResult:
             hosts=tuple(HostFacts.from_json(h) for h in data.get("hosts", ())),  # from 6
             known_breaks=tuple(KnownBreak.from_json(k) for k in data.get("known_breaks", ())),  # from 6
             candidate=data.get("candidate"),  # from 6
+            published=tuple(PublishedBuild.from_json(p) for p in data.get("published", ())),  # from 8
         )
 
 
