@@ -12,7 +12,7 @@ from pathlib import Path
 from rich.markup import escape
 
 from harness import __version__
-from harness.cli import analyse, gate, mutate, reports, run, runtimes
+from harness.cli import analyse, census, gate, mutate, reports, run, runtimes
 from harness.cli.args import Command
 from harness.cli.console import console, notes
 from harness.core.errors import ExitCode, HarnessError
@@ -43,7 +43,7 @@ COMMANDS: tuple[Callable[[Command], None], ...] = (
     run.add_build,
     reports.add_report,
     reports.add_compat,
-    reports.add_census,
+    census.add_census,
     reports.add_merge,
     analyse.add_check,
     analyse.add_abi_diff,

@@ -7,15 +7,18 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import Version
 from rich.markup import escape
 
 from harness.cli.args import Command, api_level, cpython_version, existing_file, torch_include, torch_variant
 from harness.cli.console import console, emit_json
-from harness.config import DEFAULT_PYTHON
+from harness.config import DEFAULT_PYTHON, Sources
 from harness.core.errors import ExitCode
 from harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
-from harness.provision.sources import ResolvedSources
+from harness.provision.published import resolve
+from harness.provision.sources import ResolvedSources, resolve_sources
+from harness.static import host_libraries
 from harness.static.abi_diff import AbiDiff, diff, surface, with_ops
 from harness.static.artifact import fits_which_python
 from harness.static.audit import GuardAudit, audit_guards, auditable_release
@@ -28,7 +31,12 @@ from harness.static.predict import Predicted
 
 def add_check(command: Command) -> None:
     check = command("check", help="predict from ELF symbols alone where an artifact (.so or wheel) loads")
-    check.add_argument("artifact", type=existing_file, help="a shared object or a wheel")
+    check.add_argument(
+        "artifact",
+        type=artifact_or_requirement,
+        help="a shared object or a wheel; or a published wheel by requirement ('torchao==0.18.0'), resolved from "
+        f"the configured package sources for --python (default: {DEFAULT_PYTHON}) on this platform, downloaded once",
+    )
     check.add_argument(
         "--runtimes",
         default=None,
@@ -99,7 +107,25 @@ def add_audit_guards(command: Command) -> None:
     audit.set_defaults(handler=cmd_audit_guards)
 
 
+def artifact_or_requirement(text: str) -> Path | Requirement:
+    """check's ARTIFACT: an existing file, else a requirement naming a version (a published wheel)."""
+    if Path(text).exists() or "/" in text or not any(op in text for op in "=<>~"):
+        return existing_file(text)
+    try:
+        return Requirement(text)
+    except InvalidRequirement:
+        return existing_file(text)
+
+
 def cmd_check(args: argparse.Namespace) -> int:
+    if isinstance(args.artifact, Requirement):
+        wheel = resolve(
+            str(args.artifact), args.python or DEFAULT_PYTHON, resolve_sources(Sources()), default_cache_dir()
+        )
+        if not args.json:
+            said = f"{args.artifact}: {wheel.filename} from {wheel.url} (sha256 {wheel.sha256[:16]})"
+            console.print(escape(said), soft_wrap=True)
+        args.artifact = wheel.path
     check = check_artifact(args.artifact, args.runtimes, args.variant, args.python, args.built_with)
     code = int(ExitCode.BROKEN if check.failing else ExitCode.OK)
     if args.json:
@@ -137,6 +163,12 @@ def print_needs(
         which = f"a torch of CUDA {', '.join(map(str, majors))}" if majors else "a CUDA build of torch"
         checked = f"checked against {variant}" if variant else "give --variant to check it"
         console.print(f"   needs {which}: {escape(', '.join(facts.cuda_libraries))} ({checked})")
+    for name in check.host_libraries:
+        usual = host_libraries.usual_package(name) or "no package known here"
+        console.print(
+            f"   needs from the host system: {escape(name)} ({escape(usual)}): neither torch nor CUDA provides it",
+            soft_wrap=True,
+        )
     if facts.tags:
         checked = f"checked against CPython {python}" if python else "give --python to check it"
         console.print(f"   its wheel tags fit {escape(fits_which_python(facts.tags))} ({checked})")

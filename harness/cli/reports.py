@@ -1,4 +1,4 @@
-"""`report`, `compat`, `census`, `merge` and `diff`: the commands that read the reports of runs already made."""
+"""`report`, `compat`, `merge` and `diff`: the commands that read the reports of runs already made."""
 
 from __future__ import annotations
 
@@ -14,10 +14,6 @@ from harness.cli.args import Command
 from harness.cli.console import annotate, console, emit_json, finish, print_diff, print_grid
 from harness.core.errors import BadInputError, ExitCode
 from harness.core.files import writable_dir, write_atomic
-from harness.results.census import MARK_BEGIN as CENSUS_BEGIN
-from harness.results.census import MARK_END as CENSUS_END
-from harness.results.census import census
-from harness.results.census import document as census_document
 from harness.results.compat import MARK_BEGIN, MARK_END, Claim, claims, document, markdown, splice
 from harness.results.diff import RunDiff, compare, load_run
 from harness.results.model import ReportError, RunResult
@@ -59,29 +55,6 @@ def add_compat(command: Command) -> None:
         help="exit 1 when the table between FILE's markers differs from what this run says (0: current)",
     )
     compat.set_defaults(handler=cmd_compat)
-
-
-def add_census(command: Command) -> None:
-    census = command(
-        "census",
-        help="for each published wheel of a run (`wheel: <requirement>` builds): where each of its modules loads and "
-        "registers the same operators, a table per package and one line",
-    )
-    census.add_argument("report", type=Path, metavar="REPORT", help="a reports/<run-id> directory or its results.json")
-    keep = census.add_mutually_exclusive_group()
-    keep.add_argument(
-        "--update",
-        type=Path,
-        metavar="FILE",
-        help=f"rewrite the census in FILE (a Markdown page), between a {CENSUS_BEGIN} line and a {CENSUS_END} line",
-    )
-    keep.add_argument(
-        "--check",
-        type=Path,
-        metavar="FILE",
-        help="exit 1 when the census between FILE's markers differs from this run's",
-    )
-    census.set_defaults(handler=cmd_census)
 
 
 def add_merge(command: Command) -> None:
@@ -203,33 +176,6 @@ def cmd_compat(args: argparse.Namespace) -> int:
         console.print(f"[bold red]{holes} hole(s)[/]: the one-line ranges above would hide them (exit 1)")
     code = keep_page(args, run, found, holes) if page is not None else int(ExitCode.OK)
     return int(ExitCode.BROKEN) if holes else code
-
-
-def cmd_census(args: argparse.Namespace) -> int:
-    page: Path | None = args.update or args.check
-    markers = (CENSUS_BEGIN, CENSUS_END)
-    text = read_page(page, markers, "census") if page is not None else None
-    run = load_run(args.report)
-    packages = census(run)
-    if not packages:
-        raise BadInputError(f"{args.report}: the run has no published wheel (a build `wheel: <requirement>`)")
-    lines = census_document(run, packages)
-    for line in lines:
-        console.print(escape(line), soft_wrap=True, highlight=False)
-    if page is None or text is None:
-        return int(ExitCode.OK)
-    fresh = splice(text, lines, str(page), markers, "census")
-    if fresh == text:
-        console.print(f"{escape(str(page))}: the census is current")
-        return int(ExitCode.OK)
-    if args.check:
-        console.print(
-            f"[bold red]{escape(str(page))}: the census is stale[/]: it differs from run {escape(run.run_id)} (exit 1)"
-        )
-        return int(ExitCode.BROKEN)
-    write_atomic(page.resolve(), fresh)
-    console.print(f"{escape(str(page))}: the census updated from run {escape(run.run_id)}")
-    return int(ExitCode.OK)
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -145,7 +145,7 @@ def _published(
         )
     only = _only_runtimes(doc, where, item, runtimes, problems)
     cuda = CudaPolicy(item.get("cuda", CudaPolicy.SAME_MAJOR))
-    return PublishedRequest(str(requirement), doc.where(where), tuple(only), cuda)
+    return PublishedRequest(str(requirement), f"{doc.path}: {doc.where(where)}", tuple(only), cuda)
 
 
 def _only_runtimes(

@@ -55,10 +55,9 @@ def ordered_tags(python: str) -> list[Tag]:
     platforms = list(platform_tags())
     version = (major, minor)
     abis = [f"cp{major}{minor}t"] if python.endswith("t") else [f"cp{major}{minor}", "abi3", "none"]
-    return [
-        *cpython_tags(version, abis=abis, platforms=platforms),
-        *compatible_tags(version, f"cp{major}{minor}", platforms),
-    ]
+    tags = [*cpython_tags(version, abis=abis, platforms=platforms), *compatible_tags(version, abis[0], platforms)]
+    free_threaded = python.endswith("t")  # the limited API is not for a free-threaded CPython
+    return [tag for tag in tags if not (free_threaded and tag.abi == "abi3")]
 
 
 def resolve(requirement: str, python: str, sources: ResolvedSources, cache: Path) -> PublishedWheel:

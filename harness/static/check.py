@@ -17,6 +17,7 @@ from packaging.version import Version
 from harness.core.errors import BadInputError
 from harness.core.status import Condition
 from harness.core.versions import ApiLevel
+from harness.static import host_libraries
 from harness.static.artifact import ArtifactFacts, RuntimeFacts, Unmet, unmet
 from harness.static.limited_api import LimitedApiAudit, abi3_floor, module_python, packaged_limited_api
 from harness.static.manifest import packaged_manifest
@@ -79,11 +80,19 @@ class ModuleCheck:
             "(loading it by path, as torch.ops.load_library does, works on any)"
         )
 
+    @property
+    def host_libraries(self) -> tuple[str, ...]:
+        """What it needs that neither torch nor CUDA provides: the runtime's system must (class host-library)."""
+        return tuple(name for name in self.facts.needed if host_libraries.is_host_library(name))
+
     def to_json(self) -> dict[str, Any]:
         return {
             "unseen_calls": "op names built at run time leave no string: not judged" if self.unseen_calls else None,
             "imports": self.imports.to_json(),
             "needs": self.facts.to_json(),
+            "host_libraries": [
+                {"name": name, "usual_package": host_libraries.usual_package(name)} for name in self.host_libraries
+            ],
             "limited_api": self.limited_api.to_json() if self.limited_api else None,
             "predictions": [{"runtime": p.runtime, **p.to_json()} for p in self.predictions],
             "loads_from": self.loads_from,
