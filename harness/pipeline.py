@@ -280,6 +280,7 @@ def published_builds(builds: Sequence[Build]) -> tuple[PublishedBuild, ...]:
                     facts.torch_pin,
                     facts.build_torch_from,
                     facts.target_from,
+                    facts.unserved,
                 )
             )
     return tuple(found)

@@ -32,16 +32,28 @@ class Build:
     cuda: CudaPolicy = CudaPolicy.SAME_MAJOR  # where a build needing CUDA is promised (not part of the id)
     default_python: str = ""  # the matrix's python: the id names the build's own only when it differs
     interpreter: str | None = None  # the interpreter's path when the matrix gave one, else found by version
+    own_python_only: bool = False  # runs only on runtimes of its own Python (not part of the id: its python is)
 
     @classmethod
     def of(cls, spec: BuildSpec, python: str) -> Build:
         own, interpreter = python_of(spec.python, python)
         default, _ = python_of(None, python)
         return cls(
-            spec.extension, spec.torch, spec.variant, spec.target, own, spec.runtimes, spec.cuda, default, interpreter
+            spec.extension,
+            spec.torch,
+            spec.variant,
+            spec.target,
+            own,
+            spec.runtimes,
+            spec.cuda,
+            default,
+            interpreter,
+            spec.own_python_only,
         )
 
     def runs_on(self, runtime: Runtime) -> bool:
+        if self.own_python_only and runtime.python != self.python:
+            return False
         return not self.only_on or runtime.torch in self.only_on
 
     @property

@@ -89,44 +89,54 @@ def runtime_pythons(matrix: Matrix) -> list[str]:
 
 
 def with_published(matrix: Matrix, cache: Path) -> Matrix:
-    """The matrix with every published-wheel entry made into an extension and its builds (one per distinct file)."""
+    """The matrix with every published-wheel entry made into an extension and its builds: one build per distinct
+    file; when the release ships a file per CPython, each build runs on the runtimes of its own CPython."""
     if not matrix.published:
         return matrix
     sources = resolve_sources(matrix.sources)
     manifest = packaged_manifest()
     extensions, builds = dict(matrix.extensions), list(matrix.builds)
-    releases = sorted({r.torch for r in matrix.runtimes})
     for request in matrix.published:
         files: dict[Path, tuple[PublishedWheel, list[str]]] = {}
-        refused: list[str] = []
+        unserved: list[str] = []
         for python in runtime_pythons(matrix):
             try:
                 wheel = resolve(request.requirement, python, sources, cache)
             except ResolutionError as exc:
-                refused.append(str(exc))
+                log.warning("%s: %s", request.where, exc)
+                unserved.append(python)
                 continue
             files.setdefault(wheel.path, (wheel, []))[1].append(python)
         if not files:
-            raise ResolutionError(f"{request.where}: " + "\n".join(refused))
-        for reason in refused:  # those runtimes' cells say it: the file's tags do not fit their Python
-            log.warning("%s: %s", request.where, reason)
+            raise ResolutionError(
+                f"{request.where}: {request.requirement!r} has no wheel for the runtimes' CPythons "
+                f"({', '.join(unserved)}) on this platform"
+            )
         for wheel, pythons in files.values():
             python = matrix.python if matrix.python in pythons else pythons[0]
-            suffix = "" if len(files) == 1 else f"-py{python}"
-            extension, spec = _build_of(request, wheel, python, suffix, releases, manifest)
-            extensions[extension.name] = extension
+            several = len(files) > 1
+            releases = sorted({r.torch for r in matrix.runtimes if _python_of(r.python, matrix.python) in pythons})
+            extension, spec = _build_of(request, wheel, python, releases, manifest, tuple(unserved))
+            spec = dataclasses.replace(spec, own_python_only=several)
+            extensions[extension.name if not several else f"{extension.name} (py{python})"] = extension
             builds.append(spec)
     return dataclasses.replace(matrix, extensions=extensions, builds=tuple(builds))
+
+
+def _python_of(request: str | None, default: str) -> str:
+    return request if request and not is_path(request) else default
 
 
 def _build_of(
     request: PublishedRequest,
     wheel: PublishedWheel,
     python: str,
-    suffix: str,
     releases: list[Version],
     manifest: Manifest,
+    unserved: tuple[str, ...],
 ) -> tuple[Extension, BuildSpec]:
+    """The extension and build of one file: B among the releases the matrix runs on the file's CPythons (its env is
+    one the runtimes make anyway)."""
     objects = [o for o in read_artifact(wheel.path) if o.name.endswith(".so") or ".so." in o.name]
     reading = read_wheel(wheel.path, objects, manifest)
     if not objects:
@@ -147,10 +157,17 @@ def _build_of(
         said = f"it requires {reading.torch_pin}" if reading.torch_pin else "its metadata names no torch"
         torch_from = f"{said}; torch {torch}, the oldest release here that exports every shim it imports, stands in"
     facts = PublishedFacts(
-        request.requirement, wheel.filename, wheel.url, wheel.sha256, reading.torch_pin, torch_from, target_from
+        request.requirement,
+        wheel.filename,
+        wheel.url,
+        wheel.sha256,
+        reading.torch_pin,
+        torch_from,
+        target_from,
+        unserved,
     )
     extension = Extension(
-        name=f"{wheel.project}-{wheel.version}{suffix}",
+        name=f"{wheel.project}-{wheel.version}",
         module="",  # the derived suite loads each module as its own test case
         min_target=reading.target or ApiLevel.of(torch),
         stable=reading.stable,

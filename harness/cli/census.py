@@ -16,17 +16,18 @@ from rich.markup import escape
 from harness.cli.args import Command
 from harness.cli.console import console
 from harness.cli.reports import read_page
-from harness.config import Sources
+from harness.config import DEFAULT_PYTHON, Sources
 from harness.core.errors import BadInputError, ExitCode
 from harness.core.files import file_digest, write_atomic
 from harness.execute.plain_load import plain_load
 from harness.plan import cell_id_parts
 from harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
 from harness.provision.sources import resolve_sources
-from harness.results.census import MARK_BEGIN, MARK_END, PackageCensus, census, document
+from harness.results.census import MARK_BEGIN, MARK_END, PackageCensus, RuntimeRow, census, document
 from harness.results.compat import splice
 from harness.results.diff import load_run
 from harness.results.model import RunResult
+from harness.static.prebuilt import SHARED_OBJECT
 
 
 def add_census(command: Command) -> None:
@@ -109,45 +110,49 @@ def verify(run: RunResult, packages: list[PackageCensus], cache: Path) -> int:
     return int(ExitCode.OK)
 
 
+def _verify_file(wheel: Path, rows: list[RuntimeRow], cache: Path, envs: EnvManager) -> tuple[int, int]:
+    """One published file's modules, extracted, loaded the plain way on each of its cells' runtimes."""
+    disagreements = checked = 0
+    with tempfile.TemporaryDirectory(prefix="census-verify-", dir=cache / "tmp") as tmp:
+        with zipfile.ZipFile(wheel) as archive:
+            shared = [m for m in archive.namelist() if SHARED_OBJECT.search(m.rsplit("/", 1)[-1])]
+            archive.extractall(tmp, shared)
+        paths = sorted(Path(tmp) / m for m in shared)
+        for row in rows:
+            parts = cell_id_parts(row.cell.id) or {}
+            python = row.cell.runtime_python or DEFAULT_PYTHON
+            env = envs.ensure(EnvSpec(Version(row.release), parts.get("runtime_variant") or "auto", python))
+            plain = plain_load(Path(env.python), paths, Path(tmp))
+            recorded = {m.name: m.error is None for m in row.cell.modules}
+            for path in paths:
+                loaded = plain[str(path)] is None
+                checked += 1
+                if path.name in recorded:
+                    said, agrees = ("loaded" if recorded[path.name] else "did not load"), recorded[path.name] == loaded
+                else:
+                    said, agrees = f"not loaded by the run ({row.cell.verdict.value}: {row.cell.reason})", not loaded
+                if not agrees:
+                    disagreements += 1
+                    plainly = "loads" if loaded else f"fails: {plain[str(path)]}"
+                    console.print(
+                        f"[bold red]disagrees[/] {escape(row.cell.id)} {escape(path.name)}: "
+                        f"the run says {escape(said)}, the plain load {escape(plainly)}",
+                        soft_wrap=True,
+                    )
+    return disagreements, checked
+
+
 def _verify(packages: list[PackageCensus], cache: Path, envs: EnvManager) -> tuple[int, int]:
     disagreements = checked = 0
-    tmp_root = cache / "tmp"
-    tmp_root.mkdir(parents=True, exist_ok=True)
+    (cache / "tmp").mkdir(parents=True, exist_ok=True)
     for package in packages:
-        published = package.published
-        assert published is not None
-        wheel = cache / "wheels" / canonicalize_name(Requirement(published.requirement).name) / published.filename
-        if not wheel.is_file() or file_digest(wheel) != published.sha256:
-            raise BadInputError(
-                f"{wheel}: not the file the run used (sha256 {published.sha256[:16]}); run the census again"
-            )
-        with tempfile.TemporaryDirectory(prefix="census-verify-", dir=tmp_root) as tmp:
-            with zipfile.ZipFile(wheel) as archive:
-                archive.extractall(tmp, [m for m in archive.namelist() if any(m.endswith(n) for n in package.modules)])
-            paths = sorted(p for p in Path(tmp).rglob("*") if p.is_file())
-            for row in package.rows:
-                parts = cell_id_parts(row.cell.id) or {}
-                spec = EnvSpec(
-                    Version(row.release), parts.get("runtime_variant") or "auto", row.cell.runtime_python or "3.11"
+        for published in package.builds:
+            wheel = cache / "wheels" / canonicalize_name(Requirement(published.requirement).name) / published.filename
+            if not wheel.is_file() or file_digest(wheel) != published.sha256:
+                raise BadInputError(
+                    f"{wheel}: not the file the run used (sha256 {published.sha256[:16]}); run the census again"
                 )
-                env = envs.ensure(spec)
-                plain = plain_load(Path(env.python), paths, Path(tmp))
-                recorded = {m.name: m.error is None for m in row.cell.modules}
-                for path in paths:
-                    loaded = plain[str(path)] is None
-                    checked += 1
-                    if path.name not in recorded:
-                        said = "not loaded by the run" + (f" ({row.cell.verdict.value}: {row.cell.reason})")
-                        agrees = not loaded
-                    else:
-                        said = "loaded" if recorded[path.name] else "did not load"
-                        agrees = recorded[path.name] == loaded
-                    plainly = "loads" if loaded else f"fails: {plain[str(path)]}"
-                    if not agrees:
-                        disagreements += 1
-                        console.print(
-                            f"[bold red]disagrees[/] {escape(row.cell.id)} {escape(path.name)}: "
-                            f"the run says {escape(said)}, the plain load {escape(plainly)}",
-                            soft_wrap=True,
-                        )
+            rows = [r for r in package.rows if r.cell.build_id == published.build]
+            found = _verify_file(wheel, rows, cache, envs)
+            disagreements, checked = disagreements + found[0], checked + found[1]
     return disagreements, checked

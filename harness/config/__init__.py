@@ -99,6 +99,7 @@ class BuildSpec:
     runtimes: tuple[Version, ...] = ()  # empty: every runtime of the matrix
     cuda: CudaPolicy = CudaPolicy.SAME_MAJOR
     python: str | None = None  # a version (3.10) or an interpreter's path; None: the matrix's python
+    own_python_only: bool = False  # run only on runtimes of its own Python (a published wheel made per CPython)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,6 +154,7 @@ class PublishedFacts:
     torch_pin: str | None  # the wheel's Requires-Dist on torch, as written; reported, never obeyed
     build_torch_from: str  # where B came from, in words
     target_from: str  # where T came from, in words
+    unserved: tuple[str, ...] = ()  # the runtimes' CPythons for which the sources serve no file of this release
     reference: Path | None = None  # what each module registers on B (written when the wheel is unpacked)
 
 

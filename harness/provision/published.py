@@ -113,13 +113,15 @@ def resolve(requirement: str, python: str, sources: ResolvedSources, cache: Path
 
 
 def _download(item: Listed, folder: Path) -> Path:
-    """The listed file in folder, fetched once: a cached copy is reused when it still has the stated digest."""
+    """The listed file in folder, fetched once: a cached copy is reused when it has the digest the source states
+    (a local file's own digest; a remote file stated with none is fetched again, never trusted by name)."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / item.filename
-    if path.is_file() and (item.sha256 is None or file_digest(path) == item.sha256):
-        return path
     local = local_path(item.url)
     try:
+        stated = item.sha256 or (file_digest(local) if local is not None else None)
+        if path.is_file() and stated is not None and file_digest(path) == stated:
+            return path
         if local is not None:
             data = local.read_bytes()
         else:

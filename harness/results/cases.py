@@ -101,10 +101,12 @@ class PublishedBuild:
     torch_pin: str | None
     build_torch_from: str
     target_from: str
+    unserved: tuple[str, ...] = ()  # the runtimes' CPythons for which the sources serve no file of this release
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return {**dataclasses.asdict(self), "unserved": list(self.unserved)}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PublishedBuild:
-        return cls(**{field.name: data[field.name] for field in dataclasses.fields(cls)})
+        fields = {field.name: data[field.name] for field in dataclasses.fields(cls) if field.name != "unserved"}
+        return cls(**fields, unserved=tuple(data.get("unserved", ())))

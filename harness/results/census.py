@@ -44,9 +44,8 @@ class RuntimeRow:
 @dataclasses.dataclass(frozen=True)
 class PackageCensus:
     label: str  # torchao 0.18.0
-    build: str
-    published: PublishedBuild | None
-    modules: tuple[str, ...]
+    builds: tuple[PublishedBuild, ...]  # one per file (a release with a wheel per CPython has several)
+    modules: tuple[str, ...]  # file names: a module is the same module in each CPython's file
     rows: tuple[RuntimeRow, ...]
 
     def releases_where(self, names: set[str]) -> list[str]:
@@ -124,15 +123,14 @@ def _module_proofs(cell: CellResult, modules: tuple[str, ...]) -> tuple[ModulePr
     (its wheel does not install on that Python, say) proves none, each saying why."""
     if not cell.modules:
         why = _class_of(cell) if cell.expected_class is not Condition.TORCH_ABI else cell.reason
-        return tuple(ModuleProof(_short(m), False, why[:120]) for m in modules)
+        return tuple(ModuleProof(m, False, why[:120]) for m in modules)
     found = []
     for record in cell.modules:
         name = record.name
         if record.error is not None:
             missing = record.missing_symbol or record.missing_library
-            found.append(
-                ModuleProof(name, False, f"missing {missing}" if missing else record.error.splitlines()[0][:120])
-            )
+            shown = f"missing {missing}" if missing else record.error.splitlines()[0][:120]
+            found.append(ModuleProof(name, False, shown))
             continue
         differs = any(SAME_OPS_TEST in t and f"[{name}]" in t for t in cell.failing_tests)
         why = "registers other operators than on its build torch" if differs else ""
@@ -141,15 +139,17 @@ def _module_proofs(cell: CellResult, modules: tuple[str, ...]) -> tuple[ModulePr
 
 
 def census(run: RunResult) -> list[PackageCensus]:
-    """One entry per published build of the run, its rows in the run's runtime order."""
+    """One entry per published release of the run (its builds, one per file, together), its rows in the run's
+    runtime order."""
     order = {runtime: index for index, runtime in enumerate(run.runtime_order)}
-    packages = []
+    releases: dict[str, list[PublishedBuild]] = {}
     for published in run.published:
-        cells = sorted(
-            (c for c in run.cells if c.build_id == published.build), key=lambda c: order.get(c.runtime_id, 0)
-        )
-        modules = tuple(dict.fromkeys(m.path for c in cells for m in c.modules))
-        names = tuple(_short(m) for m in modules)
+        releases.setdefault(published.requirement, []).append(published)
+    packages = []
+    for requirement, builds in releases.items():
+        ids = {b.build for b in builds}
+        cells = sorted((c for c in run.cells if c.build_id in ids), key=lambda c: order.get(c.runtime_id, 0))
+        modules = tuple(dict.fromkeys(_short(m.path) for c in cells for m in c.modules))
         rows = tuple(
             RuntimeRow(
                 f"{c.runtime_torch}, py{c.runtime_python}" if c.runtime_python else c.runtime_torch,
@@ -159,9 +159,9 @@ def census(run: RunResult) -> list[PackageCensus]:
             )
             for c in cells
         )
-        project, _, version = published.requirement.partition("==")
-        label = f"{project} {version}" if version else published.requirement
-        packages.append(PackageCensus(label, published.build, published, names, rows))
+        project, _, version = requirement.partition("==")
+        label = f"{project} {version}" if version else requirement
+        packages.append(PackageCensus(label, tuple(builds), modules, rows))
     return packages
 
 
@@ -175,13 +175,16 @@ def document(run: RunResult, packages: list[PackageCensus], today: datetime.date
     ]
     for package in packages:
         lines += [f"### {package.label}", "", f"**{package.line()}**", ""]
-        if package.published is not None:
-            pin = package.published.torch_pin or "none"
+        for published in package.builds:
+            pin = published.torch_pin or "none"
             lines += [
-                f"`{package.published.filename}` (sha256 `{package.published.sha256[:16]}…`); "
+                f"`{published.filename}` (sha256 `{published.sha256[:16]}…`), build `{published.build}`; "
                 f"declared torch requirement: {pin} (reported, not obeyed). "
-                f"Build torch: {package.published.build_torch_from}. Target: {package.published.target_from}.",
+                f"Build torch: {published.build_torch_from}. Target: {published.target_from}.",
                 "",
             ]
+        unserved = sorted({p for b in package.builds for p in b.unserved})
+        if unserved:
+            lines += [f"No file of this release for CPython {', '.join(unserved)} on this platform: no cell there.", ""]
         lines += [*package.table(), ""]
     return lines
