@@ -170,6 +170,7 @@ def combine(shards: Sequence[ShardReport], plan: PlanIdentity, run_id: str) -> R
         hosts=tuple(dict.fromkeys(h for r in runs for h in r.hosts)),
         known_breaks=tuple({k.name: k for r in runs for k in r.known_breaks}.values()),
         candidate=runs[0].candidate,
+        builds=tuple({b.id: b for r in reversed(runs) for b in r.builds}.values()),  # a build once: the first shard's
     )
 
 

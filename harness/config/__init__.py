@@ -73,6 +73,8 @@ class Extension:
     wheel: Path | None = None  # recipe 'wheel': the user's prebuilt wheel, unpacked instead of built
     # What the suite needs beyond torch, pytest and numpy (requirement strings, `-r` files read): an overlay per runtime
     test_requires: tuple[str, ...] = ()
+    requires: frozenset[str] = frozenset()  # what the recipe always needs of the machine: 'nvcc'
+    sources_root: Path | None = None  # a folder above root that the recipe reads from: copied for the build instead
 
 
 @dataclasses.dataclass(frozen=True)
