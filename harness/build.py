@@ -212,7 +212,7 @@ def outside_reads(root: Path, text: str, copied: Path, work: Path) -> str | None
     ]
     if not climbing and not missing:
         return None
-    seen = climbing[0] if climbing else missing[0].replace(f"{copied.parent}/", "")[:200]
+    seen = climbing[0] if climbing else missing[0].replace(f"{copied.parent}/", "../")[:200]  # as the recipe sees it
     return (
         f"the recipe reads outside the extension's directory ({seen}), which is not copied into the build: declare "
         f"the folder it reads from in extension.yaml (e.g. sources_root: ..; the build then runs in "

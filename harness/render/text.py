@@ -85,7 +85,7 @@ def summary_markdown(run: RunResult) -> str:
     lines += [
         "",
         f"Legend: {legend}; {FINDING_MARK} a finding: the outcome disagrees with the static prediction, "
-        "or a prebuilt wheel's imports contradict what the matrix claims for it",
+        "or a build is not what the matrix says (the target its compiler was given, a prebuilt wheel's imports)",
         "",
     ]
     groups = expected_failure_classes(run.cells)
