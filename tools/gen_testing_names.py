@@ -93,7 +93,8 @@ def one_release(source: Path) -> tuple[Version, dict[str, set[str]]]:
     return release_of(torch), modules(torch)
 
 
-def first_appearances(sources: list[Path]) -> dict[str, object]:
+def first_appearances(sources: list[Path]) -> tuple[list[str], dict[str, dict[str, str]]]:
+    """The releases read, oldest first, and per module each name the oldest lacks with the first release binding it."""
     by_release = sorted(map(one_release, sources), key=lambda pair: pair[0])
     oldest = by_release[0][1]
     first: dict[str, dict[str, str]] = {}
@@ -101,11 +102,7 @@ def first_appearances(sources: list[Path]) -> dict[str, object]:
         for module, names in found.items():
             for name in sorted(names - oldest.get(module, set())):
                 first.setdefault(module, {}).setdefault(name, str(release))
-    return {
-        "format": FORMAT,
-        "releases": [str(r) for r, _ in by_release],
-        "names": {m: dict(sorted(n.items())) for m, n in sorted(first.items())},
-    }
+    return [str(r) for r, _ in by_release], {m: dict(sorted(n.items())) for m, n in sorted(first.items())}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,10 +112,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, default=DATA / "torch_testing_names.json")
     args = parser.parse_args(argv)
-    data = first_appearances(args.sources)
+    releases, names = first_appearances(args.sources)
+    data = {"format": FORMAT, "releases": releases, "names": names}
     args.out.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-    count = sum(len(n) for n in data["names"].values())  # type: ignore[attr-defined]
-    sys.stderr.write(f"{args.out}: {count} names first appearing after {data['releases'][0]}\n")  # type: ignore[index]
+    count = sum(len(n) for n in names.values())
+    sys.stderr.write(f"{args.out}: {count} names first appearing after {releases[0]}\n")
     return 0
 
 

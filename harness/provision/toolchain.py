@@ -29,7 +29,8 @@ USUAL_TOOLKIT = Path("/usr/local/cuda")
 # build was tried (no `requires: [nvcc]`) and failed for want of the toolkit, which is the machine's lack.
 NVCC_MISSING = re.compile(
     r"CUDA_HOME environment variable is not set|nvcc: (?:command )?not found|No such file or directory: '[^']*nvcc'"
-    r"|No CMAKE_CUDA_COMPILER could be found|[Cc]ould not find (?:nvcc|CUDA)|nvcc (?:was )?not found",
+    r"|command '[^']*nvcc' failed: No such file|No CMAKE_CUDA_COMPILER could be found|[Cc]ould not find (?:nvcc|CUDA)"
+    r"|nvcc (?:was )?not found",
 )
 
 
@@ -58,9 +59,10 @@ class Needs:
 
 def nvcc_missing(log: str) -> str | None:
     """The line of a failed build's log that says it wanted nvcc and found none; None when nothing does."""
-    found = NVCC_MISSING.search(log)
-    if found is None:
+    matches = list(NVCC_MISSING.finditer(log))
+    if not matches:
         return None
+    found = matches[-1]  # the last: a traceback quotes the raising line before the error's own
     start, end = log.rfind("\n", 0, found.start()) + 1, log.find("\n", found.end())
     return log[start : end if end >= 0 else len(log)].strip()[:300]
 

@@ -47,6 +47,7 @@ def test_nvcc_is_needed_where_declared_never_guessed_from_cu_files(tmp_path: Pat
         "bash: nvcc: command not found",
         "FileNotFoundError: [Errno 2] No such file or directory: '/usr/local/cuda/bin/nvcc'",
         "  No CMAKE_CUDA_COMPILER could be found.",
+        "error: command '/opt/none/bin/nvcc' failed: No such file or directory",
     ],
 )
 def test_a_build_log_that_wanted_nvcc(line: str) -> None:
@@ -55,7 +56,9 @@ def test_a_build_log_that_wanted_nvcc(line: str) -> None:
 
 
 def test_a_build_log_that_failed_otherwise_did_not_want_nvcc() -> None:
-    log = "csrc/ops.cpp:3:10: error: 'nvcc_helper' was not declared in this scope\nerror: command '/usr/bin/g++' failed\n"
+    log = (
+        "csrc/ops.cpp:3:10: error: 'nvcc_helper' was not declared in this scope\nerror: command '/usr/bin/g++' failed\n"
+    )
     assert toolchain.nvcc_missing(log) is None
 
 
