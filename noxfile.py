@@ -155,7 +155,8 @@ def bench_docker(session: nox.Session) -> None:
 @nox.session(default=False)
 def manifest(session: nox.Session) -> None:
     """Regenerate harness/data/stable_manifest.json and stable_visibility.json from the torch wheels (-- 2.16.0 adds
-    a release), then harness/data/op_schemas.json from each release's torch (tools/gen_op_schemas.py).
+    a release), torch_testing_names.json (tools/gen_testing_names.py), then harness/data/op_schemas.json from each
+    release's torch (tools/gen_op_schemas.py).
 
     The wheels are the CUDA builds from the default index (pip --isolated: no local +cpu wheel),
     so CUDA-only shims are seen exported too. They are kept in nox's cache between runs.
@@ -192,6 +193,8 @@ def manifest(session: nox.Session) -> None:
     session.run(
         "python", "tools/gen_visibility.py", *wheels, "--out", str(MANIFEST.with_name("stable_visibility.json"))
     )
+    # When each torch.testing name first appears (a suite's ImportError on an older runtime says so).
+    session.run("python", "tools/gen_testing_names.py", *wheels)
     # The dispatcher's op schemas need each release's torch running: its cached env (made when missing).
     session.run("python", "tools/gen_op_schemas.py", "--ensure")
 

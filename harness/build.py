@@ -23,6 +23,7 @@ from pathlib import Path
 from harness.core import commands
 from harness.core.errors import BadInputError, CommandError
 from harness.core.files import content_digest, file_digest, write_atomic, write_json
+from harness.core.versions import ApiLevel
 from harness.plan import BUILD_OUTPUTS, Build
 from harness.provision import toolchain
 from harness.provision.envs import Env, locked
@@ -34,7 +35,9 @@ from harness.static.symbols import read_artifact
 
 log = logging.getLogger(__name__)
 
-BUILD_FORMAT = 3  # 2: reasons with shortened paths; 3: digests of the wheel and site/, failures say why
+# 2: reasons with shortened paths; 3: digests of the wheel and site/, failures say why; 4: the level it was really
+# built for (its compiler's -DTORCH_TARGET_VERSION) and the findings about it, a sources_root's files
+BUILD_FORMAT = 4
 HANDOFF_FORMAT = 1  # what `export` writes and `adopt` reads (a CI graph's build job to its run jobs)
 IGNORED = BUILD_OUTPUTS  # never copied into a build, never part of its sources' digest
 DERIVED_SUITE_MANIFEST = "_harness_wheel.json"  # the derived suite's MANIFEST (harness/execute/wheel_suite)
@@ -43,6 +46,14 @@ DERIVED_SUITE_MANIFEST = "_harness_wheel.json"  # the derived suite's MANIFEST (
 def derived_suite_script() -> Path:
     """The derived suite of a published wheel, which is also the script that records its reference."""
     return Path(str(resources.files("harness.execute").joinpath("wheel_suite", "test_wheel_modules.py")))
+
+
+ROOT_IGNORED = (*IGNORED, ".git")  # ...and of a sources_root (a repository's root, often)
+# A compiler's command line as a recipe prints it (setuptools, ninja -v, CMake with VERBOSE=1): a source compiled
+COMPILE_LINE = re.compile(r"\s-c\s+\S+\.(?:cpp|cc|cxx|c|cu)\b|\S+\.(?:cpp|cc|cxx|c|cu)\s+-c\s|\s-c\s+-o\s")
+TARGET_DEFINE = re.compile(r"-DTORCH_TARGET_VERSION=(0[xX][0-9a-fA-F]{1,16})\b")
+RECIPE_FILES = ("setup.py", "pyproject.toml", "setup.cfg", "CMakeLists.txt")  # where a recipe names its sources
+CLIMBING = re.compile(r"""["'(\s=]((?:\.\./)+[^"'\s)]*)""")  # a relative path that climbs out: '../csrc'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +76,9 @@ class BuildResult:
     # Not attempted: this machine lacks what the recipe needs (a compiler, nvcc, the CUDA headers). The
     # machine's trouble, not the extension's: its cells are SKIPPED (ERROR with --require-toolchain).
     toolchain: str | None = None
+    # The stable-ABI level it was compiled for, as its compiler was given it (and at least what its imports need);
+    # None: not compiled here (a prebuilt wheel is promised what it claims) or not built
+    built_for: ApiLevel | None = None
 
 
 def compiler_identity() -> str:
@@ -99,7 +113,11 @@ def cache_key(build: Build, torch_version: str, compiler: str) -> str:
     material = {
         "format": BUILD_FORMAT,
         # The extension's files, its test directory left out: tests do not change the binary.
-        "sources": file_digest(wheel) if wheel else content_digest(ext.root, IGNORED, ext.tests),
+        "sources": (
+            file_digest(wheel)
+            if wheel
+            else content_digest(ext.sources_root or ext.root, ROOT_IGNORED if ext.sources_root else IGNORED, ext.tests)
+        ),
         "recipe": build.extension.recipe,
         "target": build.target.hex if build.target else None,
         "torch": torch_version,
@@ -121,6 +139,98 @@ def first_error_line(text: str, work: Path) -> str:
 
 # Confines a command that runs an artifact's code (argv, the paths it may write -> argv to run): the cells' sandbox.
 Confine = Callable[[Sequence[str], Sequence[Path]], list[str]]
+
+
+def needs_nvcc(line: str) -> str:
+    """A tried build's want of nvcc as its toolchain reason: what its log said, and how to get one."""
+    lacks = toolchain.missing(toolchain.Needs(cxx=True, cuda=True))
+    fix = "; ".join(m.text() for m in lacks) or "nvcc was not found as the recipe looked for it"
+    return f"the recipe needs nvcc ({line}): {fix}"
+
+
+def compiled_levels(text: str) -> tuple[ApiLevel, ...] | None:
+    """Every -DTORCH_TARGET_VERSION a build's compiler command lines gave, in order, each once; () when its log
+    shows compiler command lines and none defines it; None when it shows none (nothing is known from the log)."""
+    levels = [ApiLevel.from_hex(m) for m in TARGET_DEFINE.findall(text)]
+    if levels:
+        return tuple(dict.fromkeys(levels))
+    return () if COMPILE_LINE.search(text) else None
+
+
+def compiled_target(build: Build, text: str, imports: ArtifactImports) -> tuple[ApiLevel, tuple[str, ...]]:
+    """The level a build was really compiled for, and the findings where that is not the matrix's target.
+
+    Read from what its compiler was given (the log's -DTORCH_TARGET_VERSION; command lines without one: the
+    build torch's own level), and at least the level of the newest stable shim it imports (the manifest says
+    which release first exports it). A setup.py that hard-codes its own target is promised that target."""
+    asked, own = build.effective_target, ApiLevel.of(build.torch)
+    levels = compiled_levels(text)
+    found: list[str] = []
+    if levels is None:
+        level = asked
+    elif not levels:
+        level = own
+        if build.target:
+            found.append(
+                f"asked for target {build.target}, but no compiler command line in its build log defines "
+                f"TORCH_TARGET_VERSION: built for its build torch's own level {own} (pass the TORCH_TARGET_VERSION "
+                "the harness exports to the compiler, e.g. -DTORCH_TARGET_VERSION=$TORCH_TARGET_VERSION)"
+            )
+    else:
+        level = max(levels)
+        if len(levels) > 1:
+            shown = ", ".join(f"{lv} ({lv.hex})" for lv in levels)
+            found.append(f"its compiler command lines define several TORCH_TARGET_VERSION values: {shown}")
+        if level != asked:
+            found.append(
+                f"asked for target {build.target or f'none (its build torch {own})'}, but its compiler was given "
+                f"-DTORCH_TARGET_VERSION={level.hex}: built for {level} (its recipe sets its own target); "
+                f"its cells are promised by {level}"
+            )
+    newest = prebuilt.newest_stable_import(imports, packaged_manifest())
+    if newest is not None and ApiLevel.of(newest[0]) > level:
+        release, name = newest
+        found.append(
+            f"built for {level} but imports {name}, first exported in {release}: it needs stable-ABI level "
+            f"{ApiLevel.of(release)}, and is promised by it"
+        )
+        level = ApiLevel.of(release)
+    return level, tuple(found)
+
+
+def climbing_paths(root: Path) -> tuple[str, ...]:
+    """Relative paths that climb out of the extension's directory ('../csrc') in its recipe's files, each as
+    'setup.py, line 12: ../csrc'."""
+    found: list[str] = []
+    for name in RECIPE_FILES:
+        try:
+            lines = (root / name).read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        for number, line in enumerate(lines, 1):
+            if line.lstrip().startswith("#"):
+                continue
+            found.extend(f"{name}, line {number}: {m}" for m in CLIMBING.findall(f" {line}"))
+    return tuple(found)
+
+
+def outside_reads(root: Path, text: str, copied: Path, work: Path) -> str | None:
+    """Why a failed build failed, where it read outside what was copied for it: a recipe path that climbs out of
+    the extension's directory, or a file it did not find outside the build's copy. None: neither."""
+    climbing = climbing_paths(root)
+    missing = [
+        line.strip()
+        for line in text.splitlines()
+        if "No such file" in line and ("../" in line or (str(copied.parent) in line and str(work) not in line))
+    ]
+    if not climbing and not missing:
+        return None
+    seen = climbing[0] if climbing else missing[0].replace(f"{copied.parent}/", "../")[:200]  # as the recipe sees it
+    return (
+        f"the recipe reads outside the extension's directory ({seen}), which is not copied into the build: declare "
+        f"the folder it reads from in extension.yaml (e.g. sources_root: ..; the build then runs in "
+        f"{root.name}/ of a copy of that folder)"
+    )
 
 
 class Builder:
@@ -161,15 +271,18 @@ class Builder:
         """What this machine lacks to run the build's recipe, probed before it runs; None: nothing."""
         if build.extension.wheel is not None:
             return None
-        needs = toolchain.Needs.of(build.extension.root, build.extension.tests, frozenset(IGNORED))
+        ext = build.extension
+        needs = toolchain.Needs.of(ext.root, ext.tests, frozenset(IGNORED), ext.requires)
         found = toolchain.missing(needs)
         return "; ".join(m.text() for m in found) or None
 
-    def _unbuildable(self, build: Build, out: Path, key: str, lacking: str) -> BuildResult:
-        """A build not attempted for want of a toolchain: said in its log, never cached (the next run probes again)."""
+    def _unbuildable(self, build: Build, out: Path, key: str, lacking: str, tried: Path | None = None) -> BuildResult:
+        """A build not made for want of a toolchain, probed before (or, tried: learnt from its log): said in its
+        log, never cached (the next run probes again)."""
         out.mkdir(parents=True, exist_ok=True)
         build_log = out / "build.log"
-        write_atomic(build_log, f"not built: {lacking}\n")
+        before = tried.read_text() if tried is not None else ""
+        write_atomic(build_log, f"{before}not built: {lacking}\n")
         log.warning("%s: not built: %s", build.id, lacking)
         return BuildResult(
             build, False, f"not built: {lacking}", None, None, build_log, 0.0, False, key, toolchain=lacking
@@ -213,6 +326,7 @@ class Builder:
             True,
             key,
             tuple(meta.get("findings", ())),
+            built_for=ApiLevel.parse(meta["built_for"]) if meta.get("built_for") else None,
         )
         return result, None
 
@@ -224,13 +338,18 @@ class Builder:
         environ.pop("TORCH_TARGET_VERSION", None)
         if build.target:
             environ["TORCH_TARGET_VERSION"] = build.target.hex
+        environ["VERBOSE"] = "1"  # CMake's makefiles print each compiler command line: the target it was given
+        ext = build.extension
         started = time.monotonic()
         tmp_root = self.root.parent / "tmp"
         tmp_root.mkdir(exist_ok=True)
         with tempfile.TemporaryDirectory(prefix=f"{build.extension.name}-", dir=tmp_root) as tmp:
-            # Build from a copy: setuptools writes into the source tree, and builds run in parallel.
-            work = Path(tmp) / "src"
-            shutil.copytree(build.extension.root, work, ignore=shutil.ignore_patterns(*IGNORED))
+            # Build from a copy: setuptools writes into the source tree, and builds run in parallel. With a
+            # sources_root, that folder is copied and the build runs in the extension's sub-folder of the copy.
+            copied = Path(tmp) / "src"
+            ignored = ROOT_IGNORED if ext.sources_root else IGNORED
+            shutil.copytree(ext.sources_root or ext.root, copied, ignore=shutil.ignore_patterns(*ignored))
+            work = copied / ext.root.relative_to(ext.sources_root) if ext.sources_root else copied
             argv: list[str | Path] = [
                 self.uv,
                 "build",
@@ -256,6 +375,8 @@ class Builder:
                 if not ok and (proc.returncode < 0 or killed):
                     infrastructure = True
                     reason = f"the build tools were killed or crashed ({killed or f'exit {proc.returncode}'}): {reason}"
+                elif not ok and ext.sources_root is None:
+                    reason = outside_reads(ext.root, text, copied, work) or reason
             except CommandError as exc:  # timed out, or uv vanished
                 text, ok, infrastructure = exc.output, False, True
                 reason = (
@@ -264,23 +385,31 @@ class Builder:
                     else str(exc).splitlines()[0]
                 )
         write_atomic(build_log, f"$ {commands.shell_line(argv)}\n{text}")
+        lacking = None if ok or infrastructure else toolchain.nvcc_missing(text)
+        if lacking is not None:  # tried without `requires: [nvcc]`, and it wanted nvcc: the machine's lack
+            return self._unbuildable(build, out, key, needs_nvcc(lacking), build_log)
         if not ok and not infrastructure and self.verify_env is not None:
             damage = self.verify_env(env)
             if damage:
                 infrastructure, reason = True, f"the build env of torch {env.torch_version} is damaged: {damage}"
         wheel: Path | None = None
+        built_for: ApiLevel | None = None
+        found: tuple[str, ...] = ()
         if ok:
             wheels = sorted((out / "dist").glob("*.whl"))
             if len(wheels) != 1:
                 ok, reason = False, f"the recipe produced {len(wheels)} wheels, expected 1"
             else:
                 wheel = wheels[0]
+                built_for, found = compiled_target(build, text, ArtifactImports.of(read_artifact(wheel)))
+                for finding in found:
+                    log.warning("%s: %s", build.id, finding)
         if infrastructure:
             log.warning("%s: not built, and not cached: %s", build.id, reason)
             return BuildResult(
                 build, False, reason, None, None, build_log, time.monotonic() - started, False, key, infrastructure=True
             )
-        return self._finish(build, env, out, key, started, reason, wheel)
+        return self._finish(build, env, out, key, started, reason, wheel, found, built_for)
 
     def _unpack(self, build: Build, prebuilt_wheel: Path, env: Env, out: Path, key: str) -> BuildResult:
         """recipe 'wheel': nothing is compiled; the user's wheel is copied in and unpacked like a built one."""
@@ -321,6 +450,7 @@ class Builder:
         reason: str,
         wheel: Path | None,
         findings: tuple[str, ...] = (),
+        built_for: ApiLevel | None = None,
     ) -> BuildResult:
         """Unpack a good wheel into site/ (what every cell puts on its path) and record the result."""
         ok = wheel is not None
@@ -339,13 +469,16 @@ class Builder:
             "compiler": None if build.extension.wheel else self.compiler,
             "target": build.target.hex if build.target else None,
             "findings": list(findings),
+            "built_for": str(built_for) if built_for else None,
             "wheel_sha256": file_digest(wheel) if wheel else None,
             "site_sha256": content_digest(out / "site") if wheel else None,
         }
         write_json(out / "build.json", meta)
         log.info("built %s in %.1f s: %s", build.id, seconds, "ok" if ok else f"FAILED: {reason}")
         site = out / "site" if ok else None
-        return BuildResult(build, ok, reason, wheel, site, out / "build.log", seconds, False, key, findings)
+        return BuildResult(
+            build, ok, reason, wheel, site, out / "build.log", seconds, False, key, findings, built_for=built_for
+        )
 
     def _derived_suite_manifest(self, wheel: Path, env: Env, out: Path) -> None:
         """A published wheel's derived suite reads its modules and its reference from site/_harness_wheel.json:
@@ -407,6 +540,7 @@ class Builder:
                 "findings": list(result.findings),
                 "infrastructure": result.infrastructure,
                 "toolchain": result.toolchain,
+                "built_for": str(result.built_for) if result.built_for else None,
             },
         )
         return where
@@ -480,6 +614,7 @@ class Builder:
                 "compiler": meta["compiler"],
                 "target": build.target.hex if build.target else None,
                 "findings": meta["findings"],
+                "built_for": meta.get("built_for"),
                 "wheel_sha256": meta["wheel_sha256"],
                 "site_sha256": content_digest(out / "site") if wheel else None,
             }

@@ -30,10 +30,11 @@ from harness.results.rundir import record_cell
 from harness.static import host_libraries
 from harness.static.artifact import RuntimeFacts, python_problem, wheel_tags
 from harness.static.predict import Prediction, findings
-from harness.verdict import Expected, Promise
+from harness.verdict import Expected, Promise, promise
 
 log = logging.getLogger(__name__)
 # Outcomes that would count against the extension: before one stands, what the cell ran on is checked again.
+NOT_RUN_REASON = "not run: the build failed (its build row says why)"
 SUSPECT = {Status.TEST_FAILED, Status.LOAD_FAILED, Status.CRASHED, Status.TIMEOUT, Status.ERROR}
 
 
@@ -137,8 +138,14 @@ class CellRunner:
                 return self.unrun(cell, f"--require-toolchain: {build.reason}", expectation)
             return self.unrun(cell, build.reason, expectation, status=Status.SKIPPED)
         if not build.ok:
-            status = Status.ERROR if build.infrastructure else Status.BUILD_FAILED
-            return self.unrun(cell, build.reason, expectation, status=status)
+            if build.infrastructure:
+                return self.unrun(cell, build.reason, expectation)
+            if (
+                expectation or promise(cell)
+            ).expected is Expected.BUILD_FAILED:  # the promise said so: each cell shows it
+                return self.unrun(cell, build.reason, expectation, status=Status.BUILD_FAILED)
+            # A build that should have compiled broke one promise, the build's: its cells say only that they did not run
+            return self.unrun(cell, NOT_RUN_REASON, expectation, status=Status.NOT_RUN)
         refused = installer_refusal(build.wheel, cell.runtime.python) if build.wheel else None
         if refused:  # as a user's pip would: the wheel never reaches this CPython, so no cell runs
             result = self.unrun(cell, refused, expectation, status=Status.LOAD_FAILED)

@@ -16,6 +16,7 @@ from harness.core.status import Status
 from harness.execute.api import CellExecution
 from harness.results.cases import CaseCounts, DocDifference, ModuleLoad, doc_differences, module_loads
 from harness.static.symbols import demangle
+from harness.static.testing_names import import_hint
 
 PYTEST_EXIT = {
     2: "interrupted (often a test module failed to import)",
@@ -75,11 +76,15 @@ class ImportFailure:
         )
 
     def reason(self) -> str:
-        """`collection failed: <the error> (<where>)`, and for a module the runtime lacks, the fix."""
+        """`collection failed: <the error> (<where>)`, and for a module the runtime lacks, the fix; for a
+        torch.testing name it lacks, the release that first has it."""
         text = f"collection failed: {self.type}: {self.message}"
         where = [f"{f}, line {n}" for f, n in ((self.file, self.line), (self.suite_file, self.suite_line)) if f]
         if where:
             text += f" ({where[0]}" + (f", imported from {where[1]}" if len(where) > 1 else "") + ")"
+        hint = import_hint(self.message) if self.type == "ImportError" else None
+        if hint:
+            text += f"; {hint}"
         return text + (f"; {missing_fix([self.missing], self.in_suite)}" if self.missing else "")
 
 

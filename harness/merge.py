@@ -171,6 +171,7 @@ def combine(shards: Sequence[ShardReport], plan: PlanIdentity, run_id: str) -> R
         known_breaks=tuple({k.name: k for r in runs for k in r.known_breaks}.values()),
         candidate=runs[0].candidate,
         published=tuple({p.build: p for r in runs for p in r.published}.values()),
+        builds=tuple({b.id: b for r in reversed(runs) for b in r.builds}.values()),  # a build once: the first shard's
     )
 
 

@@ -23,6 +23,7 @@ from harness.config import Matrix
 from harness.core import processes
 from harness.core.errors import HarnessError
 from harness.core.parallel import parallel
+from harness.core.status import Status
 from harness.core.versions import release_of
 from harness.execute.api import Executor, RuntimeHandle
 from harness.execute.forkserver import ForkserverBackend
@@ -34,7 +35,7 @@ from harness.provision.sources import resolve_sources
 from harness.render.report import write_report
 from harness.results.cases import PublishedBuild
 from harness.results.known_breaks import acknowledge
-from harness.results.model import CellResult, RunResult
+from harness.results.model import BuildRecord, CellResult, RunResult
 from harness.results.rundir import new_run_dir, point_latest, record_cell, with_build_log
 from harness.static.artifact import ArtifactFacts, unmet
 from harness.static.manifest import packaged_manifest
@@ -42,7 +43,7 @@ from harness.static.op_calls import OpCall, fits
 from harness.static.op_registry import packaged_op_schemas
 from harness.static.predict import ArtifactImports, Predicted, Prediction, predict
 from harness.static.symbols import read_artifact
-from harness.verdict import Promise, Verdict, promise
+from harness.verdict import Expected, Promise, Verdict, build_promise, judge, promise
 
 log = logging.getLogger(__name__)
 Artifacts = dict[Build, tuple[ArtifactImports, ArtifactFacts]]
@@ -76,6 +77,7 @@ class Pipeline:
         self.identity = plan.identity  # what the cells run from, read before any of them runs
         self.op_calls: dict[str, frozenset[OpCall]] = {}  # per extension: the ops its builds call by name (the gate)
         self.build_seconds: dict[str, float] = {}  # per extension: the time its builds took in this run (0: cached)
+        self.build_records: tuple[BuildRecord, ...] = ()  # the builds' rows of the report, once they are made
 
     def execute(self) -> tuple[RunResult, Path]:
         """The whole run; the report is written even when it is interrupted (ReportError if it cannot be)."""
@@ -94,7 +96,8 @@ class Pipeline:
             artifacts = read_artifacts(builds)
             self.record_builds(builds, artifacts)
             predictions = self.predict_cells(prepared.handles, artifacts)
-            promises = self.promises(prepared.handles, artifacts)
+            promises = self.promises(prepared.handles, artifacts, builds)
+            self.build_records = tuple(build_record(builds[b]) for b in self.plan.builds if b in builds)
             runner = CellRunner(self.plan, self.options, self.backend, self.preparer, prepared, run_dir)
             timeouts = timeouts_text(cells, self.options, self.plan.matrix)
             self.observer.stage("run", f"{len(cells)} cell(s), {self.options.jobs} at a time, {timeouts}")
@@ -187,6 +190,7 @@ class Pipeline:
             known_breaks=known,
             candidate=self.plan.matrix.candidate,
             published=published_builds(self.plan.builds),
+            builds=self.build_records,
         )
         write_report(run, run_dir)
         point_latest(self.options.reports_dir, run_dir)
@@ -198,14 +202,18 @@ class Pipeline:
         position = {runtime: index for index, runtime in enumerate(self.plan.runtimes)}
         return tuple(sorted(self.plan.cells, key=lambda cell: position[cell.runtime]))
 
-    def promises(self, handles: dict[Runtime, RuntimeHandle], artifacts: Artifacts) -> dict[str, Promise]:
+    def promises(
+        self, handles: dict[Runtime, RuntimeHandle], artifacts: Artifacts, builds: dict[Build, BuildResult]
+    ) -> dict[str, Promise]:
         """Every cell's promise, now that its artifact and runtime are known: the plan's (torch ABI) after what
-        the artifact needs of the runtime (Python ABI, CUDA major). A build that failed keeps the plan's."""
+        the artifact needs of the runtime (Python ABI, CUDA major), at the level the build was really compiled
+        for (which its recipe may have set itself). A build that failed keeps the plan's."""
         return {
             cell.id: promise(
                 cell,
                 artifacts[cell.build][1] if cell.build in artifacts else None,
                 runtime_facts(cell, handles[cell.runtime]),
+                builds[cell.build].built_for,
             )
             for cell in self.plan.cells
         }
@@ -247,6 +255,31 @@ class Pipeline:
             f"{len(predictions) - failing} predicted to load, {failing} not",
         )
         return predictions
+
+
+def build_record(result: BuildResult) -> BuildRecord:
+    """A build's row of the report: its verdict against the build's promise (compile where its target is not
+    newer than its build torch), why it failed, and what was found about it."""
+    build = result.build
+    expectation = build_promise(build, result.built_for)
+    if result.toolchain is not None:
+        verdict = Verdict.SKIPPED
+    elif result.infrastructure:
+        verdict = Verdict.ERROR
+    elif result.ok:
+        verdict = Verdict.UNEXPECTED_PASS if expectation.expected is Expected.BUILD_FAILED else Verdict.KEPT
+    else:
+        verdict = judge(expectation.expected, Status.BUILD_FAILED)
+    built_for = result.built_for or (build.effective_target if result.ok else None)
+    return BuildRecord(
+        build.id,
+        verdict,
+        result.reason,
+        expectation.why,
+        result.findings,
+        str(build.target) if build.target else None,
+        str(built_for) if built_for else None,
+    )
 
 
 def read_artifacts(builds: dict[Build, BuildResult]) -> Artifacts:

@@ -23,6 +23,7 @@ EXIT_MEANING = {
     "diff: a new break, or any change with --fail-on-change)",
     ExitCode.BAD_INPUT: "bad input: an argument, the matrix, a selector, a release the sources do not serve",
     ExitCode.INFRASTRUCTURE: "the harness or what it runs on failed (a cell ERROR, an interrupt): results incomplete",
+    ExitCode.NOTHING_PROVEN: "nothing was proven: every cell was skipped or not run (run, merge)",
 }
 EXIT_CODES_HELP = "exit codes:\n" + "\n".join(f"  {int(code)}  {text}" for code, text in EXIT_MEANING.items())
 VERBOSE_HELP = "-v: stages and commands; -vv: debug (before or after the command; logs go to stderr)"

@@ -37,6 +37,7 @@ VERDICT_STYLE = {
     Verdict.ERROR: "bold magenta",
     Verdict.FLAKY: "bold yellow",
     Verdict.KNOWN_BREAK: "blue",
+    Verdict.NOT_RUN: "dim",
 }
 
 
@@ -111,6 +112,8 @@ class ConsoleObserver:
         else:
             state = f"[red]BUILD FAILED[/]: {escape(result.reason)}"
         console.print(f"   {escape(result.build.id)}: {state} ({how})")
+        for finding in result.findings:
+            console.print(f"      [yellow]finding[/]: {escape(finding)}")
         if result.repaired:
             console.print(
                 f"      [yellow]the cached build was damaged and was built again[/]: {escape(result.repaired)}"
@@ -173,8 +176,16 @@ def print_grid(run: RunResult) -> None:
     for group in expected_failure_classes(run.cells):
         style = VERDICT_STYLE[Verdict.EXPECTED_FAILURE]
         console.print(f"   {VERDICT_SYMBOL[Verdict.EXPECTED_FAILURE]} [{style}]{group.name}[/]: {escape(group.text())}")
+    for build in sorted(run.builds, key=lambda b: natural_key(b.id)):
+        for finding in build.findings:
+            console.print(f"   [yellow]finding[/] {escape(build.id)}: {escape(finding)}")
+        if build.verdict in (Verdict.BROKEN, Verdict.ERROR, Verdict.UNEXPECTED_PASS):
+            style = VERDICT_STYLE[build.verdict]
+            console.print(
+                f"   [{style}]{build.verdict.value}[/] {escape(build.id)}: build failed: {escape(build.reason)}"
+            )
     for cell in sorted(run.cells, key=lambda c: natural_key(c.id)):
-        for finding in cell.findings:
+        for finding in run.cell_findings(cell):
             console.print(f"   [yellow]finding[/] {escape(cell.id)}: {escape(finding)}")
         if cell.verdict in (Verdict.BROKEN, Verdict.ERROR, Verdict.UNEXPECTED_PASS, Verdict.FLAKY):
             style = VERDICT_STYLE[cell.verdict]
@@ -227,6 +238,7 @@ def finish(run: RunResult, run_dir: Path) -> int:
         ExitCode.OK: "[green]every promise kept[/]" + (" (but for the flaky cells)" if flaky else ""),
         ExitCode.BROKEN: "[bold red]a promise was broken[/]",
         ExitCode.INFRASTRUCTURE: "[bold magenta]infrastructure errors: the run is incomplete[/]",
+        ExitCode.NOTHING_PROVEN: f"[bold yellow]{escape(run.unproven or 'nothing was proven')}[/]",
     }[code]
     console.print(f"{message} (exit {int(code)})")
     return int(code)

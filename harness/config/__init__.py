@@ -74,6 +74,8 @@ class Extension:
     # What the suite needs beyond torch, pytest and numpy (requirement strings, `-r` files read): an overlay per runtime
     test_requires: tuple[str, ...] = ()
     published: PublishedFacts | None = None  # a published wheel (`wheel: <requirement>` build): the derived suite runs
+    requires: frozenset[str] = frozenset()  # what the recipe always needs of the machine: 'nvcc'
+    sources_root: Path | None = None  # a folder above root that the recipe reads from: copied for the build instead
 
 
 @dataclasses.dataclass(frozen=True)

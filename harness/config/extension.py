@@ -26,6 +26,7 @@ def load_extension(directory: Path) -> Extension:
         problems.append(f"{doc.where(('tests',))}: {data['tests']!r} is not a directory under {directory}")
     wheel = prebuilt.wheel_of(doc, directory, problems)
     test_requires = test_requirements(doc, directory, problems)
+    sources_root = sources_root_of(doc, directory, problems)
     if problems:
         raise ConfigError(doc.path, problems)
     return Extension(
@@ -40,7 +41,29 @@ def load_extension(directory: Path) -> Extension:
         timeout=data.get("timeout"),
         wheel=wheel,
         test_requires=test_requires,
+        requires=frozenset(data.get("requires", ())),
+        sources_root=sources_root,
     )
+
+
+def sources_root_of(doc: Document, directory: Path, problems: list[str]) -> Path | None:
+    """`sources_root:`, the folder above the extension that a pep517 recipe reads from (`..`), resolved; a path
+    that is not a folder holding the extension's directory is a problem naming it."""
+    given: str | None = doc.data.get("sources_root")
+    if given is None:
+        return None
+    where = doc.where(("sources_root",))
+    if doc.data["recipe"] != "pep517":
+        problems.append(f"{where}: only `recipe: pep517` builds from sources; remove it")
+        return None
+    root, here = (directory / given).resolve(), directory.resolve()
+    if Path(given).is_absolute() or not root.is_dir() or root == here or not here.is_relative_to(root):
+        problems.append(
+            f"{where}: {given!r} ({root}) is not a folder above the extension's directory {here}: give the relative "
+            "path of the folder the recipe reads from, e.g. sources_root: .."
+        )
+        return None
+    return root
 
 
 def test_requirements(doc: Document, directory: Path, problems: list[str]) -> tuple[str, ...]:

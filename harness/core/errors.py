@@ -14,6 +14,7 @@ class ExitCode(enum.IntEnum):
     BROKEN = 1  # a promise was broken: an extension is incompatible
     BAD_INPUT = 2  # the matrix, a selector or a requested version is wrong
     INFRASTRUCTURE = 3  # the harness or what it runs on failed
+    NOTHING_PROVEN = 4  # every cell was skipped or not run: no promise was tested either way
 
 
 class HarnessError(Exception):

@@ -16,6 +16,8 @@ class Status(enum.StrEnum):
     TIMEOUT = "TIMEOUT"
     SKIPPED = "SKIPPED"
     ERROR = "ERROR"  # the harness or its infrastructure failed; says nothing about the extension
+    # Its build failed where it was promised to build: the failure is reported once, on the build, not per cell
+    NOT_RUN = "NOT_RUN"
 
 
 class Condition(enum.StrEnum):

@@ -28,6 +28,12 @@ class ApiLevel:
     def of(cls, release: Version) -> ApiLevel:
         return cls(release.major, release.minor)
 
+    @classmethod
+    def from_hex(cls, text: str) -> ApiLevel:
+        """A TORCH_TARGET_VERSION value as the compiler was given it (0x020a000000000000) as a level."""
+        value = int(text, 16)
+        return cls((value >> 56) & 0xFF, (value >> 48) & 0xFF)
+
     @property
     def hex(self) -> str:
         """The value of TORCH_TARGET_VERSION for this level, e.g. 0x020a000000000000."""

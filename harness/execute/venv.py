@@ -84,8 +84,8 @@ def cell_environ(
     """The environment of a cell's pytest process, as paths are seen where it runs (host or container).
 
     Besides the probe's own settings it tells the tests what they run as, so that a suite never
-    parses the cell id: HARNESS_TARGET is the API level the binary was built for (TORCH_TARGET_VERSION,
-    or the build torch's own level), HARNESS_BUILD_TORCH the torch it was built against.
+    parses the cell id: HARNESS_TARGET is the API level the binary was built for (what its compiler was
+    given, which a recipe may set itself; else the matrix's target), HARNESS_BUILD_TORCH the torch it was built against.
     HARNESS_SITE_DIRS names the suite's test dependencies: the probe appends them to sys.path (after the
     env's site-packages, where PYTHONPATH would put them first) before pytest looks for plugins.
     A cell that preloads libraries (LD_PRELOAD) is told where they may say what they did: HARNESS_PRELOAD_TRACE,
@@ -109,7 +109,7 @@ def cell_environ(
         "HARNESS_CELL_ID": request.cell.id,
         "HARNESS_BUILD_ID": build.id,
         "HARNESS_BUILD_TORCH": str(build.torch),
-        "HARNESS_TARGET": str(build.effective_target),
+        "HARNESS_TARGET": str(request.build.built_for or build.effective_target),
         "HARNESS_RUNTIME_ID": request.cell.runtime.id,
         "HARNESS_RUNTIME_TORCH": request.runtime.torch_version,
     }

@@ -1,5 +1,6 @@
-"""What a build recipe needs of this machine, probed before it runs: a C++ compiler, and for CUDA
-sources nvcc and the CUDA headers.
+"""What a build recipe needs of this machine: a C++ compiler, probed before it runs; nvcc and the CUDA
+headers, probed before it runs where the extension declares them (`requires: [nvcc]`), else learnt from
+the build failing for want of them (`nvcc_missing`).
 
 A machine without them cannot build the extension, which says nothing about the extension: its
 cells are SKIPPED with the reason and the fix (ERROR with `run --require-toolchain`), never
@@ -22,28 +23,48 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-CUDA_SUFFIXES = frozenset({".cu", ".cuh"})
 CXX_SUFFIXES = frozenset({".cpp", ".cc", ".cxx", ".c", ".cu"})  # nvcc hands host code to the C++ compiler too
 USUAL_TOOLKIT = Path("/usr/local/cuda")
+# What a recipe prints when it needed nvcc and found none (torch.utils.cpp_extension, CMake, the shell): the
+# build was tried (no `requires: [nvcc]`) and failed for want of the toolkit, which is the machine's lack.
+NVCC_MISSING = re.compile(
+    r"CUDA_HOME environment variable is not set|nvcc: (?:command )?not found|No such file or directory: '[^']*nvcc'"
+    r"|command '[^']*nvcc' failed: No such file|No CMAKE_CUDA_COMPILER could be found|[Cc]ould not find (?:nvcc|CUDA)"
+    r"|nvcc (?:was )?not found",
+)
 
 
 @dataclasses.dataclass(frozen=True)
 class Needs:
-    """What an extension's sources need to be compiled."""
+    """What an extension's build needs of this machine."""
 
     cxx: bool = False
     cuda: bool = False
 
     @classmethod
-    def of(cls, root: Path, exclude: Path, ignored: frozenset[str] = frozenset()) -> Needs:
-        """From the source files under root (its tests and build leftovers excluded): C/C++ sources need a
-        compiler; .cu/.cuh sources need nvcc and the CUDA headers as well."""
+    def of(
+        cls, root: Path, exclude: Path, ignored: frozenset[str] = frozenset(), requires: frozenset[str] = frozenset()
+    ) -> Needs:
+        """C/C++ sources under root (its tests and build leftovers excluded) need a compiler; nvcc and the CUDA
+        headers only when the extension declares them (`requires: [nvcc]`): a .cu file says nothing of whether
+        its recipe compiles it here (many compile .cu only when a GPU is present)."""
         suffixes: set[str] = set()
         for dirpath, dirnames, filenames in os.walk(root):
             here = Path(dirpath)
             dirnames[:] = [d for d in dirnames if d not in ignored and here / d != exclude]
             suffixes.update(Path(name).suffix for name in filenames)
-        return cls(cxx=bool(suffixes & CXX_SUFFIXES), cuda=bool(suffixes & CUDA_SUFFIXES))
+        cuda = "nvcc" in requires
+        return cls(cxx=bool(suffixes & CXX_SUFFIXES) or cuda, cuda=cuda)
+
+
+def nvcc_missing(log: str) -> str | None:
+    """The line of a failed build's log that says it wanted nvcc and found none; None when nothing does."""
+    matches = list(NVCC_MISSING.finditer(log))
+    if not matches:
+        return None
+    found = matches[-1]  # the last: a traceback quotes the raising line before the error's own
+    start, end = log.rfind("\n", 0, found.start()) + 1, log.find("\n", found.end())
+    return log[start : end if end >= 0 else len(log)].strip()[:300]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -135,8 +135,9 @@ class Grid:
         a selection), shown as NOT_RUN so that no blank hides one."""
         return len(self.rows) * len(self.columns) - len(self.cells)
 
-    def markdown(self, mark: Mark) -> list[str]:
-        """A Markdown table: a release heads the first of its runtimes, the axes' rows beneath."""
+    def markdown(self, mark: Mark, label: Callable[[str], str] | None = None) -> list[str]:
+        """A Markdown table: a release heads the first of its runtimes, the axes' rows beneath; `label`: what a
+        build row shows beside its id (its own verdict, its findings)."""
         columns = self.columns
         lines = [
             _md_row([CORNER, *(g.release if n == 0 else "" for g in self.groups for n in range(len(g.columns)))]),
@@ -145,7 +146,9 @@ class Grid:
         lines += [_md_row([f"*{axis}*", *(c.label(axis) for c in columns)]) for axis in self.axes]
         for row in self.rows:
             found = [self.cells.get((row, c.runtime_id)) for c in columns]
-            lines.append(_md_row([f"`{row}`", *(mark(cell) if cell else NOT_RUN for cell in found)]))
+            beside = label(row) if label else ""
+            name = f"`{row}`" + (f" {beside}" if beside else "")
+            lines.append(_md_row([name, *(mark(cell) if cell else NOT_RUN for cell in found)]))
         return lines
 
     def blocks(self, width: int, mark: Mark) -> list[Block]:

@@ -32,6 +32,7 @@ from harness.render.text import (
     STATUS_SHORT,
     VERDICT_MEANING,
     VERDICT_SYMBOL,
+    build_mark,
     expected_failure_classes,
     headline,
 )
@@ -228,6 +229,8 @@ class GridRow:
     extension: str
     cells: tuple[GridCell | None, ...]
     candidate: bool = False  # built on the run's candidate (`--candidate`)
+    mark: str = ""  # the build's own verdict or findings, beside its id
+    note: str = ""  # ...said in words (the mark's title)
 
     @property
     def verdicts(self) -> str:
@@ -247,6 +250,7 @@ def render(run: RunResult, run_dir: Path | None = None) -> str:
     grid = Grid.of(run, always=("variant",))
     columns = grid.columns
     extensions = {c.build_id: c.extension for c in run.cells}
+    builds = {b.id: b for b in run.builds}
     on_candidate = {c.build_id for c in run.cells if run.candidate and c.build_torch == run.candidate}
     cells: list[dict[str, Any]] = []  # each cell's details, by the index its grid cell carries
     indexed: list[tuple[int, CellResult]] = []
@@ -259,7 +263,8 @@ def render(run: RunResult, run_dir: Path | None = None) -> str:
             if found is not None:
                 indexed.append((len(cells), found))
                 cells.append(details(run, found, run_dir))
-        rows.append(GridRow(row, extensions[row], tuple(marks), row in on_candidate))
+        mark, note = build_mark(builds.get(row))
+        rows.append(GridRow(row, extensions[row], tuple(marks), row in on_candidate, mark, note))
     counts = run.counts()
     known = outcomes(run.known_breaks, run.cells)
     first = problems(indexed)
@@ -287,6 +292,18 @@ def render(run: RunResult, run_dir: Path | None = None) -> str:
         gate=_read_json(run_dir, GATE_FILE),
         cells_json=script_json(cells),
         finding_mark=FINDING_MARK,
+        builds=[
+            {
+                "id": b.id,
+                "mark": build_mark(b)[0],
+                "verdict": b.verdict,
+                "reason": b.reason,
+                "expected_why": b.expected_why,
+                "findings": b.findings,
+            }
+            for b in sorted(run.builds, key=lambda b: natural_key(b.id))
+            if b.findings or b.verdict is not Verdict.KEPT
+        ],
     )
 
 

@@ -1,4 +1,5 @@
-"""A run as junit.xml: one testcase per cell, for CI's test views."""
+"""A run as junit.xml: one testcase per cell, and one per build that broke its promise to compile, for CI's
+test views."""
 
 from __future__ import annotations
 
@@ -12,8 +13,15 @@ from harness.verdict import Verdict
 
 
 def junit_xml(run: RunResult) -> str:
-    suite = ET.Element("testsuite", name="torch-stable-abi-matrix", tests=str(len(run.cells)))
+    broken_builds = [b for b in sorted(run.builds, key=lambda b: natural_key(b.id)) if b.verdict is Verdict.BROKEN]
+    suite = ET.Element("testsuite", name="torch-stable-abi-matrix", tests=str(len(run.cells) + len(broken_builds)))
     failures = errors = skipped = 0
+    for build in broken_builds:  # the promise a failed build breaks, said once; its cells are skipped as not run
+        failures += 1
+        case = ET.SubElement(suite, "testcase", classname=build.id, name="build", time="0.000")
+        ET.SubElement(
+            case, "failure", message=plain_text(f"BUILD_FAILED: {build.reason}"), type="BUILD_FAILED"
+        ).text = plain_text(build.expected_why)
     for cell in sorted(run.cells, key=lambda c: natural_key(c.id)):
         case = ET.SubElement(
             suite,
@@ -32,7 +40,7 @@ def junit_xml(run: RunResult) -> str:
         elif cell.verdict is Verdict.ERROR:
             errors += 1
             ET.SubElement(case, "error", message=message, type=cell.status.value)
-        elif cell.verdict in (Verdict.SKIPPED, Verdict.EXPECTED_FAILURE, Verdict.KNOWN_BREAK):
+        elif cell.verdict in (Verdict.SKIPPED, Verdict.NOT_RUN, Verdict.EXPECTED_FAILURE, Verdict.KNOWN_BREAK):
             skipped += 1
             prefix = {
                 Verdict.EXPECTED_FAILURE: f"expected failure{class_of(cell)}: ",

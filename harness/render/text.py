@@ -14,7 +14,7 @@ from harness.probe_extension import HEADER_PROBE, is_header_probe
 from harness.render.grid import NOT_RUN, NOT_RUN_MEANING, Grid
 from harness.results.cases import DocDifference
 from harness.results.known_breaks import outcomes
-from harness.results.model import CellResult, RunResult
+from harness.results.model import BuildRecord, CellResult, RunResult
 from harness.verdict import Verdict
 
 VERDICT_SYMBOL = {
@@ -26,6 +26,7 @@ VERDICT_SYMBOL = {
     Verdict.ERROR: "⚠️",
     Verdict.FLAKY: "🔁",
     Verdict.KNOWN_BREAK: "🩹",
+    Verdict.NOT_RUN: "⛔",
 }
 
 
@@ -38,6 +39,7 @@ VERDICT_MEANING = {
     Verdict.ERROR: "the harness or its infrastructure failed; says nothing about the extension",
     Verdict.FLAKY: "**flaky**: broke the promise, then kept it on a retry (not kept; attempts listed below)",
     Verdict.KNOWN_BREAK: "a known break: broke the promise, acknowledged by a known_breaks entry until it expires",
+    Verdict.NOT_RUN: "not run: its build failed where promised to build (the failure is counted once, on the build)",
 }
 
 
@@ -53,12 +55,14 @@ STATUS_SHORT = {
     Status.TIMEOUT: "timeout",
     Status.SKIPPED: "skip",
     Status.ERROR: "error",
+    Status.NOT_RUN: "no build",
 }
 
 
 def summary_markdown(run: RunResult) -> str:
     counts = run.counts()
     grid = Grid.of(run)
+    builds = {b.id: b for b in run.builds}
     lines = [
         f"# Stable-ABI compatibility matrix: run {run.run_id}",
         "",
@@ -71,14 +75,17 @@ def summary_markdown(run: RunResult) -> str:
         + ", ".join(f"{n} {v.replace('_', ' ')}" for v, n in counts.items() if n)
         + ("; interrupted" if run.interrupted else ""),
         "",
-        *grid.markdown(lambda cell: grid_mark(cell) + (f" {FINDING_MARK}" if cell.findings else "")),
+        *grid.markdown(
+            lambda cell: grid_mark(cell) + (f" {FINDING_MARK}" if cell.findings else ""),
+            lambda build: build_mark(builds.get(build))[0],
+        ),
     ]
     legend = "; ".join(f"{VERDICT_SYMBOL[v]} {VERDICT_MEANING[v]}" for v in Verdict)
     legend += f"; {NOT_RUN} {NOT_RUN_MEANING}" if grid.absent else ""
     lines += [
         "",
         f"Legend: {legend}; {FINDING_MARK} a finding: the outcome disagrees with the static prediction, "
-        "or a prebuilt wheel's imports contradict what the matrix claims for it",
+        "or a build is not what the matrix says (the target its compiler was given, a prebuilt wheel's imports)",
         "",
     ]
     groups = expected_failure_classes(run.cells)
@@ -87,9 +94,10 @@ def summary_markdown(run: RunResult) -> str:
         for group in groups:
             lines.append(f"- {VERDICT_SYMBOL[Verdict.EXPECTED_FAILURE]} {group.markdown()}")
         lines.append("")
+    lines += builds_markdown(run)
     lines += known_breaks_markdown(run)
     lines += header_probe_markdown(run)
-    findings = [c for c in sorted(run.cells, key=lambda c: natural_key(c.id)) if c.findings]
+    findings = [c for c in sorted(run.cells, key=lambda c: natural_key(c.id)) if run.cell_findings(c)]
     predicted = sum(1 for c in run.cells if c.prediction is not None)
     verdict_line = f"{len(findings)} have findings:" if findings else "every prediction matched the outcome."
     lines += [
@@ -98,7 +106,7 @@ def summary_markdown(run: RunResult) -> str:
         f"{predicted} cells were predicted from ELF symbols before running; {verdict_line}",
         "",
     ]
-    lines += [f"- {FINDING_MARK} `{c.id}`: {md_text(f)}" for c in findings for f in c.findings]
+    lines += [f"- {FINDING_MARK} `{c.id}`: {md_text(f)}" for c in findings for f in run.cell_findings(c)]
     lines.append("")
     lines += doc_differences_markdown(run.cells)
     explained = [
@@ -130,6 +138,7 @@ def headline(run: RunResult) -> str:
         ExitCode.OK: "every promise kept",
         ExitCode.BROKEN: "a promise was broken",
         ExitCode.INFRASTRUCTURE: "the run had infrastructure errors",
+        ExitCode.NOTHING_PROVEN: run.unproven or "nothing was proven",
     }[run.exit_code]
 
 
@@ -158,6 +167,37 @@ def known_breaks_markdown(run: RunResult) -> list[str]:
         return []
     lines = ["## Known breaks", ""]
     lines += [f"- {'❌ ' if o.failing else ''}**{o.state.value}** {o.line()}" for o in found]
+    return [*lines, ""]
+
+
+def build_mark(build: BuildRecord | None) -> tuple[str, str]:
+    """A build row's own mark beside its id (its verdict where it did not simply build, 🔎 for findings) and the
+    same in words; ('', '') for a build that built as promised with nothing found."""
+    if build is None:
+        return "", ""
+    marks, words = [], []
+    if build.verdict is not Verdict.KEPT:
+        marks.append(f"{VERDICT_SYMBOL[build.verdict]} build")
+        words.append(f"build {build.verdict.value}: {build.reason or 'built'}")
+    if build.findings:
+        marks.append(FINDING_MARK)
+        words.extend(build.findings)
+    return " ".join(marks), "; ".join(words)
+
+
+def builds_markdown(run: RunResult) -> list[str]:
+    """The builds that did not simply build as promised, or have findings: each once, with why."""
+    shown = [
+        b for b in sorted(run.builds, key=lambda b: natural_key(b.id)) if b.findings or b.verdict is not Verdict.KEPT
+    ]
+    if not shown:
+        return []
+    lines = ["## Builds", ""]
+    for build in shown:
+        what = f": {md_text(build.reason)}" if build.reason else ""
+        promised = f" (expected: {md_text(build.expected_why)})" if build.verdict is not Verdict.KEPT else ""
+        lines.append(f"- {VERDICT_SYMBOL[build.verdict]} `{build.id}`: **{build.verdict.value}**{what}{promised}")
+        lines += [f"  - {FINDING_MARK} {md_text(f)}" for f in build.findings]
     return [*lines, ""]
 
 

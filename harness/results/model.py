@@ -28,9 +28,59 @@ from harness.verdict import KEEPS_PROMISE, Expected, Promise, Verdict, judge, pr
 # 5: the Python of each cell's build and runtime; 6: the hosts the run ran on (OS, glibc, compiler, nvcc), the
 # known_break verdict, each cell's known_break (the matrix's known_breaks entry that matched it), the run's
 # known_breaks with their state, and its candidate; 7: the plan's inputs (matrix content, harness version, each
-# extension's files), which its identity covers; 8: each cell's modules (a published wheel's derived suite), the
-# host-library class, and the run's published-wheel builds.
+# extension's files), which its identity covers; 8: the builds as records (`build_results`: each build's verdict,
+# reason, findings and the target it was really compiled for), the NOT_RUN status and verdict, exit code 4; each
+# cell's modules (a published wheel's derived suite), the host-library class, and the run's published-wheel builds.
 RESULTS_SCHEMA_VERSION = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildRecord:
+    """One build of a run, as the build row of the reports shows it: whether it built where promised (a build
+    that failed where it should compile is one broken promise, its cells NOT_RUN), why not, and what was
+    found about it (the target its compiler was really given, a prebuilt wheel's claim)."""
+
+    id: str
+    verdict: Verdict  # kept (built), broken (failed where promised to build), expected_failure, skipped, error
+    reason: str  # why it failed or was not built; '' when it built
+    expected_why: str
+    findings: tuple[str, ...] = ()
+    target: str | None = None  # the matrix's target (None: the build torch's own level)
+    built_for: str | None = None  # the level it was really compiled for, where known
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict in (Verdict.KEPT, Verdict.UNEXPECTED_PASS)
+
+    def line(self) -> str:
+        """`<id>: <verdict>: <reason>`, with the level it was built for where that is not what was asked."""
+        what = self.reason or "built"
+        if self.target is not None and self.built_for is not None and self.built_for != self.target:
+            what += f" (built for {self.built_for})"
+        return f"{self.id}: {self.verdict.value}: {what}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "verdict": self.verdict.value,
+            "reason": self.reason,
+            "expected_why": self.expected_why,
+            "findings": list(self.findings),
+            "target": self.target,
+            "built_for": self.built_for,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> BuildRecord:
+        return cls(
+            data["id"],
+            Verdict(data["verdict"]),
+            data["reason"],
+            data["expected_why"],
+            tuple(data["findings"]),
+            data["target"],
+            data["built_for"],
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -276,15 +326,31 @@ class RunResult:
     known_breaks: tuple[KnownBreak, ...] = ()  # the matrix's known_breaks entries (from version 6)
     candidate: str | None = None  # `run --candidate`: the release tried as a build torch and a runtime (from 6)
     published: tuple[PublishedBuild, ...] = ()  # the builds that are published wheels (from 8)
+    builds: tuple[BuildRecord, ...] = ()  # each build's outcome, the build rows (from 8)
 
     @property
     def exit_code(self) -> ExitCode:
-        verdicts = {c.verdict for c in self.cells}
+        verdicts = {c.verdict for c in self.cells} | {b.verdict for b in self.builds}
         if Verdict.BROKEN in verdicts:
             return ExitCode.BROKEN
         if Verdict.ERROR in verdicts or self.interrupted:
             return ExitCode.INFRASTRUCTURE
+        if self.unproven:
+            return ExitCode.NOTHING_PROVEN
         return ExitCode.OK
+
+    @property
+    def unproven(self) -> str | None:
+        """'nothing was proven: N cells skipped, M not run' when cells ran none of their promises; else None."""
+        if not self.cells or any(c.verdict not in (Verdict.SKIPPED, Verdict.NOT_RUN) for c in self.cells):
+            return None
+        skipped = sum(c.verdict is Verdict.SKIPPED for c in self.cells)
+        return f"nothing was proven: {skipped} cells skipped, {len(self.cells) - skipped} not run"
+
+    def cell_findings(self, cell: CellResult) -> tuple[str, ...]:
+        """A cell's findings but those of its build (the build row shows them once)."""
+        of_build = {f for b in self.builds if b.id == cell.build_id for f in b.findings}
+        return tuple(f for f in cell.findings if f not in of_build)
 
     @property
     def failed_ids(self) -> set[str]:
@@ -317,6 +383,7 @@ class RunResult:
             "exit_code": int(self.exit_code),
             "summary": self.counts(),
             "builds": list(self.build_order),
+            "build_results": [b.to_json() for b in sorted(self.builds, key=lambda b: natural_key(b.id))],
             "runtimes": list(self.runtime_order),
             "hosts": [h.to_json() for h in self.hosts],
             "published": [p.to_json() for p in self.published],
@@ -342,6 +409,7 @@ class RunResult:
             known_breaks=tuple(KnownBreak.from_json(k) for k in data.get("known_breaks", ())),  # from 6
             candidate=data.get("candidate"),  # from 6
             published=tuple(PublishedBuild.from_json(p) for p in data.get("published", ())),  # from 8
+            builds=tuple(BuildRecord.from_json(b) for b in data.get("build_results", ())),  # from 8
         )
 
 

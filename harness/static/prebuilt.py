@@ -127,18 +127,25 @@ def claim_problems(name: str, wheel: Path, torch: Version, target: ApiLevel | No
     return found
 
 
-def claim_findings(
-    imports: ArtifactImports, torch: Version, target: ApiLevel, stable: bool, manifest: Manifest
-) -> tuple[str, ...]:
-    """Where the wheel's imports contradict what is claimed for it: build torch, target, stable ABI only."""
-    found: list[str] = []
+def newest_stable_import(imports: ArtifactImports, manifest: Manifest) -> tuple[Version, str] | None:
+    """The stable shim an artifact imports that the newest release first exported, and that release: the
+    artifact needs at least that release's stable-ABI level. None: it imports no shim the manifest dates."""
     introduced = sorted(
         (Version(facts.first_exported), name)
         for name in imports.stable
         if name in manifest and (facts := manifest[name]).first_exported
     )
-    if introduced:
-        release, name = introduced[-1]
+    return introduced[-1] if introduced else None
+
+
+def claim_findings(
+    imports: ArtifactImports, torch: Version, target: ApiLevel, stable: bool, manifest: Manifest
+) -> tuple[str, ...]:
+    """Where the wheel's imports contradict what is claimed for it: build torch, target, stable ABI only."""
+    found: list[str] = []
+    newest = newest_stable_import(imports, manifest)
+    if newest is not None:
+        release, name = newest
         if ApiLevel.of(release) > target:
             found.append(
                 f"the wheel claims target {target} but imports {name}, first exported in {release}: "

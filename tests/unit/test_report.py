@@ -93,6 +93,7 @@ def test_results_json_matches_its_schema_and_round_trips(tmp_path: Path) -> None
         "error": 1,
         "flaky": 0,
         "known_break": 0,
+        "not_run": 0,
     }
     assert load_results(files["results"]).to_json() == data
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from harness.build import IGNORED
+from harness.config.extension import load_extension
 from harness.provision import toolchain
 from harness.provision.toolchain import Needs
 
@@ -28,10 +29,40 @@ def toolkit(root: Path, headers: bool = True) -> Path:
     return root
 
 
-def test_the_sources_say_what_a_recipe_needs(tmp_path: Path) -> None:
+def test_nvcc_is_needed_where_declared_never_guessed_from_cu_files(tmp_path: Path) -> None:
     ext = REPO / "extensions"
-    assert Needs.of(ext / "cuda_ops", ext / "cuda_ops" / "tests") == Needs(cxx=True, cuda=True)
+    cuda_ops = load_extension(ext / "cuda_ops")
+    assert cuda_ops.requires == frozenset({"nvcc"})  # the sample declares it: its setup.py always compiles .cu
+    assert Needs.of(cuda_ops.root, cuda_ops.tests, requires=cuda_ops.requires) == Needs(cxx=True, cuda=True)
+    # The same .cu sources, undeclared: the build is attempted (a recipe may compile them only with a GPU).
+    assert Needs.of(cuda_ops.root, cuda_ops.tests) == Needs(cxx=True, cuda=False)
     assert Needs.of(ext / "stable_basic", ext / "stable_basic" / "tests") == Needs(cxx=True, cuda=False)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "OSError: CUDA_HOME environment variable is not set. Please set it to your CUDA install root.",
+        "/bin/sh: 1: nvcc: not found",
+        "bash: nvcc: command not found",
+        "FileNotFoundError: [Errno 2] No such file or directory: '/usr/local/cuda/bin/nvcc'",
+        "  No CMAKE_CUDA_COMPILER could be found.",
+        "error: command '/opt/none/bin/nvcc' failed: No such file or directory",
+    ],
+)
+def test_a_build_log_that_wanted_nvcc(line: str) -> None:
+    log = f"running build_ext\nbuilding 'x._C' extension\n{line}\nerror: command failed\n"
+    assert toolchain.nvcc_missing(log) == line.strip()
+
+
+def test_a_build_log_that_failed_otherwise_did_not_want_nvcc() -> None:
+    log = (
+        "csrc/ops.cpp:3:10: error: 'nvcc_helper' was not declared in this scope\nerror: command '/usr/bin/g++' failed\n"
+    )
+    assert toolchain.nvcc_missing(log) is None
+
+
+def test_the_sources_say_what_a_recipe_needs(tmp_path: Path) -> None:
     # A .cu file in the tests, or in a build leftover, is not the extension's source.
     (tmp_path / "pkg" / "build").mkdir(parents=True)
     (tmp_path / "pkg" / "build" / "k.cu").write_text("")
