@@ -25,6 +25,7 @@ from harness.core.files import content_digest, file_digest, write_atomic, write_
 from harness.plan import BUILD_OUTPUTS, Build
 from harness.provision import toolchain
 from harness.provision.envs import Env, locked
+from harness.provision.existing import environ as existing_environ
 from harness.provision.sources import uv_binary
 from harness.static import prebuilt
 from harness.static.manifest import packaged_manifest
@@ -116,9 +117,12 @@ class Builder:
     def __init__(self, root: Path, timeout: float, verify_env: Callable[[Env], str | None] | None = None) -> None:
         self.root = root / "builds"
         self.timeout = timeout
-        self.uv = uv_binary()
         self.compiler = compiler_identity()
         self.verify_env = verify_env  # after a failed build: was it the env, not the extension?
+
+    @property
+    def uv(self) -> str:
+        return uv_binary()
 
     def build(self, build: Build, env: Env) -> BuildResult:
         key = cache_key(build, env.torch_version, self.compiler)
@@ -202,7 +206,7 @@ class Builder:
         shutil.rmtree(out, ignore_errors=True)
         (out / "dist").mkdir(parents=True)
         build_log = out / "build.log"
-        environ = dict(os.environ)
+        environ = existing_environ() if env.existing is not None else dict(os.environ)  # never written to
         environ.pop("TORCH_TARGET_VERSION", None)
         if build.target:
             environ["TORCH_TARGET_VERSION"] = build.target.hex
