@@ -45,7 +45,7 @@ def manager(cache: Path, *pythons: Path) -> EnvManager:
     return EnvManager(cache, resolve_sources(Sources(inherit_pip_config=False, environments=tuple(map(str, pythons)))))
 
 
-MINOR = "%d.%d" % sys.version_info[:2]
+MINOR = f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
 def test_it_serves_the_envs_it_matches_for_builds_and_runtimes(tmp_path: Path) -> None:
