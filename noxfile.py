@@ -110,7 +110,7 @@ def mutation_pass(session: nox.Session) -> None:
     session.run("python", "tools/mutation_pass.py", *session.posargs)
 
 
-SHELL_SCRIPTS = [".ci/run", "ci/dockerd.sh", "ci/bootstrap.sh"]
+SHELL_SCRIPTS = [".ci/run", "ci/dockerd.sh", "ci/bootstrap.sh", "ci/gpu-device.sh"]
 PYTHON_TREES = ["harness", "tests", "tools", "benchmarks", "extensions", "examples", "noxfile.py"]
 
 

@@ -27,6 +27,7 @@ from harness.core.versions import ApiLevel
 from harness.plan import BUILD_OUTPUTS, Build
 from harness.provision import toolchain
 from harness.provision.envs import Env, locked
+from harness.provision.existing import environ as existing_environ
 from harness.provision.sources import uv_binary
 from harness.static import prebuilt
 from harness.static.manifest import packaged_manifest
@@ -243,10 +244,13 @@ class Builder:
     ) -> None:
         self.root = root / "builds"
         self.timeout = timeout
-        self.uv = uv_binary()
         self.compiler = compiler_identity()
         self.verify_env = verify_env  # after a failed build: was it the env, not the extension?
         self.confine = confine or (lambda argv, writable: list(argv))
+
+    @property
+    def uv(self) -> str:
+        return uv_binary()
 
     def build(self, build: Build, env: Env) -> BuildResult:
         key = cache_key(build, env.torch_version, self.compiler)
@@ -334,7 +338,7 @@ class Builder:
         shutil.rmtree(out, ignore_errors=True)
         (out / "dist").mkdir(parents=True)
         build_log = out / "build.log"
-        environ = dict(os.environ)
+        environ = existing_environ() if env.existing is not None else dict(os.environ)  # never written to
         environ.pop("TORCH_TARGET_VERSION", None)
         if build.target:
             environ["TORCH_TARGET_VERSION"] = build.target.hex

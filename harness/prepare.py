@@ -93,6 +93,11 @@ class Preparer:
         builds = self.plan.needed_builds if self.prebuilt is None else ()
         needed: tuple[Build | Runtime, ...] = (*builds, *runtimes) if only is None else only
         specs = list(dict.fromkeys(env_spec(x) for x in needed))
+        if self.envs.sources.environments:  # each existing env serves some of them, else the matrix or it is wrong
+            self.envs.check_existing(specs)
+            for env in self.envs.existing_envs():
+                served = [s for s in specs if env.mismatch(s.torch, s.variant, s.python, s.interpreter) is None]
+                self.observer.stage("existing env", f"{env.describe()}: serves {len(served)} of {len(specs)} env(s)")
         todo = [s for s in specs if self.envs.cached(s) is None]
         if todo:  # every interpreter a new env needs, before any work: a missing one is bad input (exit 2)
             found = interpreters.find_all(s.interpreter or s.python for s in todo)

@@ -96,6 +96,8 @@ class ConsoleObserver:
 
     def env_ready(self, env: Env) -> None:
         how = "reused" if env.reused else f"created in {env.created_seconds:.1f} s"
+        if env.existing is not None:
+            how = f"the existing env {escape(str(env.python))}"
         console.print(f"   env torch {env.torch_version} ({env.variant}, python {env.spec.python}): {how}")
         if env.repaired:
             console.print(f"      [yellow]the env was damaged and was made again[/]: {escape(env.repaired)}")

@@ -37,8 +37,9 @@ from harness.config import DEFAULT_MATRIX, Matrix
 from harness.config.matrix import load_matrix, with_overrides
 from harness.core.errors import BadInputError, ExitCode
 from harness.core.files import writable_dir
-from harness.plan import Plan, make_plan
-from harness.provision.envs import default_cache_dir
+from harness.plan import Build, Plan, Runtime, make_plan
+from harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
+from harness.provision.sources import resolve_sources
 from harness.published import with_published
 from harness.results.diff import load_run
 from harness.results.model import ReportError, RunResult
@@ -91,6 +92,15 @@ def matrix_options(p: argparse.ArgumentParser) -> None:
         default=[],
         metavar="DIR",
         help="a directory of wheels, e.g. a candidate torch wheel (repeatable)",
+    )
+    p.add_argument(
+        "--use-env",
+        action="append",
+        default=[],
+        metavar="PYTHON",
+        help="an existing environment's interpreter (a conda env, a source build, a machine image's Python): it "
+        "serves every build and runtime whose torch release, variant and Python it matches, instead of an env "
+        "made with uv; used as it is, never written to (repeatable; venv backend)",
     )
 
 
@@ -264,7 +274,11 @@ def add_build(command: Command) -> None:
 def load_matrix_with_overrides(args: argparse.Namespace) -> Matrix:
     """The matrix as a command runs it: overrides applied, published wheels resolved (downloaded once into the
     cache), the candidate's probe added."""
-    matrix = with_overrides(load_matrix(args.matrix), args.add_runtime, args.extra_index_url, args.find_links)
+    if args.use_env and args.backend != "venv":
+        raise BadInputError("--use-env is for the venv backend: the docker backend runs the envs it makes or images")
+    matrix = with_overrides(
+        load_matrix(args.matrix), args.add_runtime, args.extra_index_url, args.find_links, args.use_env
+    )
     cache = (getattr(args, "cache_dir", None) or default_cache_dir()).absolute()
     matrix = with_published(matrix, cache)
     if not args.candidate:
@@ -389,6 +403,24 @@ def cmd_build(args: argparse.Namespace) -> int:
     return int(ExitCode.INFRASTRUCTURE if failed else ExitCode.OK)
 
 
+def print_existing_envs(plan: Plan) -> None:
+    """`plan --use-env`: each existing env asked what it holds, and the builds and runtimes it serves (a mismatch is
+    exit 2 here, before any run)."""
+    if not plan.matrix.sources.environments:
+        return
+    envs = EnvManager(default_cache_dir(), resolve_sources(plan.matrix.sources))
+    items: tuple[Build | Runtime, ...] = (*plan.needed_builds, *plan.needed_runtimes)
+    specs = [EnvSpec(x.torch, x.variant, x.python, x.interpreter) for x in items]
+    envs.check_existing(specs)
+    for found in envs.existing_envs():
+        served = [
+            x.id
+            for x, s in zip(items, specs, strict=True)
+            if found.mismatch(s.torch, s.variant, s.python, s.interpreter) is None
+        ]
+        console.print(f"== existing env {escape(found.describe())} serves: {escape(', '.join(served))}")
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     if args.shards is not None and args.shard is not None:
         raise BadInputError("plan: --shards N (the whole partition) and --shard K/N (one part) exclude each other")
@@ -404,6 +436,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             emit_json(fan_out(plan, args.shards, durations, args.by) if fans_out else plan_json(plan))
         return int(ExitCode.OK)
     print_preamble(plan, "(dry run: nothing is built or run)")
+    print_existing_envs(plan)
     if fans_out:
         for part in split(plan, args.shards, args.by, durations):
             console.print(

@@ -43,6 +43,8 @@ class Sources:
     extra_index_urls: tuple[str, ...] = ()
     find_links: tuple[str, ...] = ()
     index_strategy: str = "unsafe-best-match"
+    # Existing environments (`--use-env`): interpreters whose torch serves the envs they match, used as they are
+    environments: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

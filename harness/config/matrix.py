@@ -330,11 +330,13 @@ def with_overrides(
     add_runtimes: Sequence[str] = (),
     extra_index_urls: Sequence[str] = (),
     find_links: Sequence[str] = (),
+    environments: Sequence[str] = (),
 ) -> Matrix:
     """The matrix plus runtimes and package sources given on the command line (nightly and gating jobs).
 
     An added runtime is ``RELEASE`` or ``RELEASE:cuda`` (e.g. a pre-release, ``2.16.0.dev20261120``,
-    or a release candidate served by an added index or wheel directory).
+    or a release candidate served by an added index or wheel directory). An environment (``--use-env``) is
+    an interpreter's path, kept as given (absolute, links not followed: a venv's python is a link to its base's).
     """
     runtimes = list(matrix.runtimes)
     problems: list[str] = []
@@ -356,5 +358,6 @@ def with_overrides(
         matrix.sources,
         extra_index_urls=(*matrix.sources.extra_index_urls, *extra_index_urls),
         find_links=(*matrix.sources.find_links, *(str(Path(f).resolve()) for f in find_links)),
+        environments=(*matrix.sources.environments, *(str(Path(e).expanduser().absolute()) for e in environments)),
     )
     return dataclasses.replace(matrix, runtimes=tuple(runtimes), sources=sources)

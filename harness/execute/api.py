@@ -58,7 +58,7 @@ class RuntimeHandle:
             env.variant,
             python or str(env.python),
             env.torch_lib,
-            env.path / "harness-exports.json",
+            env.exports_cache,
             env,
         )
 

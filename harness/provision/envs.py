@@ -32,8 +32,10 @@ import platformdirs
 from packaging.version import Version
 
 from harness.core import commands
-from harness.core.errors import CommandError, InfrastructureError, ResolutionError
+from harness.core.errors import CommandError, ConfigError, InfrastructureError, ResolutionError
 from harness.provision import integrity, interpreters
+from harness.provision.existing import SOURCE as EXISTING_SOURCE
+from harness.provision.existing import Existing, inspect_all, unserving
 from harness.provision.sources import ResolvedSources, uv_binary
 
 log = logging.getLogger(__name__)
@@ -79,14 +81,31 @@ class Env:
     created_seconds: float
     reused: bool
     repaired: str | None = None  # the damage this env was rebuilt for, one line; None when it was intact
+    # An existing environment (`--use-env`) serving spec: used as it is, never written to; None for the envs made here
+    existing: Existing | None = None
+    state: Path | None = None  # where the harness keeps its own files about an existing env (in its cache)
 
     @property
     def python(self) -> Path:
-        return self.path / "bin" / "python"
+        return self.existing.python if self.existing else self.path / "bin" / "python"
 
     @property
     def site_packages(self) -> Path:
-        return site_packages(self.path)
+        """The site directory that holds torch."""
+        return self.existing.torch_dir.parent if self.existing else site_packages(self.path)
+
+    @property
+    def site_dirs(self) -> tuple[Path, ...]:
+        """Every site directory of the env (an existing one may have several: a system Python's, a user's)."""
+        if self.existing is not None and self.existing.sites:
+            return self.existing.sites
+        return (self.site_packages,)
+
+    @property
+    def exports_cache(self) -> Path:
+        """Where the symbols torch's libraries export are cached: in the env when the harness made it, else in the
+        harness cache (an existing env is never written to)."""
+        return (self.state or self.path) / "harness-exports.json"
 
     @property
     def torch_lib(self) -> Path:
@@ -127,17 +146,51 @@ class EnvManager:
     def __init__(self, root: Path, sources: ResolvedSources, use_wait: float = USE_WAIT_SECONDS) -> None:
         self.root = root / "envs"
         self.sources = sources
-        self.uv = uv_binary()
         self.use_wait = use_wait
+        self._existing: list[Existing] | None = None  # asked once, on first use
+        self._asking = threading.Lock()
         self._held: dict[Path, IO[str]] = {}  # env path -> its use lock, held shared until release()
         self._holding = threading.Lock()
         weakref.finalize(self, _close_all, self._held)  # a manager dropped without release() lets go as well
 
+    @property
+    def uv(self) -> str:
+        """uv, looked up when first needed: envs served by existing environments need none."""
+        return uv_binary()
+
     def path(self, spec: EnvSpec) -> Path:
         return self.root / spec.key
 
+    def existing_envs(self) -> list[Existing]:
+        """The existing environments the sources name, each asked once what it holds (ConfigError if one cannot
+        serve: it does not run, has no torch, or lacks a runner requirement)."""
+        with self._asking:
+            if self._existing is None:
+                self._existing = inspect_all(self.sources.environments, RUNNER_REQUIREMENTS)
+            return self._existing
+
+    def served(self, spec: EnvSpec) -> Env | None:
+        """The env spec is served by an existing environment (the first that matches), or None."""
+        for found in self.existing_envs():
+            if found.mismatch(spec.torch, spec.variant, spec.python, spec.interpreter) is None:
+                state = self.root / found.key
+                return Env(
+                    spec, found.prefix, found.torch_version, found.variant, 0.0, True, existing=found, state=state
+                )
+        return None
+
+    def check_existing(self, specs: Sequence[EnvSpec]) -> None:
+        """ConfigError when an existing environment serves none of specs: a mismatch (its torch, variant or python
+        differs from what the plan asks) is named, not provisioned around."""
+        problems = unserving(self.existing_envs(), ((s.torch, s.variant, s.python, s.interpreter) for s in specs))
+        if problems:
+            raise ConfigError(EXISTING_SOURCE, problems)
+
     def cached(self, spec: EnvSpec) -> Env | None:
         """The env if it exists, its marker matches what is installed and no file is damaged; None otherwise."""
+        served = self.served(spec)
+        if served is not None:
+            return served
         env = self._marked(spec)
         return env if env is not None and not self._damage(env) else None
 
@@ -145,8 +198,11 @@ class EnvManager:
         """None if env's files are what RECORD says and site-packages holds nothing else; else the damage in one line.
 
         Cheap enough to ask after every cell that errs: one stat per file (0.1 s for 20,000
-        files), a hash only of files whose stamp moved. ensure() rebuilds a damaged env.
+        files), a hash only of files whose stamp moved. ensure() rebuilds a damaged env. An existing environment
+        is not checked: the harness did not make it, and cells see it read-only.
         """
+        if env.existing is not None:
+            return None
         damage = self._damage(env)
         return integrity.describe(damage) if damage else None
 
@@ -224,8 +280,15 @@ class EnvManager:
 
     def ensure(self, spec: EnvSpec) -> Env:
         """The env for spec, made if missing or broken, and held (shared) until release(). Safe when several
-        runs ask at once; a repair waits for the runs using the env to end."""
+        runs ask at once; a repair waits for the runs using the env to end. An env an existing environment serves
+        is that environment, as it is."""
         self.root.mkdir(parents=True, exist_ok=True)
+        served = self.served(spec)
+        if served is not None:
+            assert served.state is not None
+            served.state.mkdir(exist_ok=True)
+            log.info("torch %s (python %s) is the existing env %s", spec.requirement, spec.python, served.python)
+            return served
         with locked(self.root / f"{spec.key}.lock"):
             env = self._make(spec)
             self._hold(spec)  # at once: only a maker, under the lock held here, takes it exclusively

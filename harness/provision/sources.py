@@ -26,6 +26,7 @@ class ResolvedSources:
     extra_index_urls: tuple[str, ...]
     find_links: tuple[str, ...]
     index_strategy: str
+    environments: tuple[str, ...] = ()  # existing environments' interpreters (`--use-env`), served before any index
 
     def uv_args(self) -> list[str]:
         args = self.pip_args()
@@ -110,7 +111,7 @@ def resolve_sources(sources: Sources, environ: Mapping[str, str] | None = None) 
         extra += pip.get("extra-index-url", [])
         links += pip.get("find-links", [])
     strategy = environ.get("UV_INDEX_STRATEGY") or sources.index_strategy
-    return ResolvedSources(index_url, _unique(extra), _unique(links), strategy)
+    return ResolvedSources(index_url, _unique(extra), _unique(links), strategy, _unique(sources.environments))
 
 
 def _unique(items: Iterable[str]) -> tuple[str, ...]:

@@ -64,10 +64,11 @@ class Conflict(Exception):
     """The requirements cannot be installed beside what the env holds; the message is uv's explanation."""
 
 
-def installed(site_packages: Path) -> dict[str, str]:
-    """Every distribution in site-packages as canonical name -> `name==version` (a read of its metadata, no process)."""
+def installed(*site_dirs: Path) -> dict[str, str]:
+    """Every distribution in the site directories as canonical name -> `name==version` (a read of its metadata,
+    no process); the first directory that holds a name wins, as on sys.path."""
     found: dict[str, str] = {}
-    for dist in importlib.metadata.distributions(path=[str(site_packages)]):
+    for dist in importlib.metadata.distributions(path=[str(d) for d in site_dirs]):
         name = dist.metadata["Name"]
         if name:
             found.setdefault(canonicalize_name(name), f"{name}=={dist.version}")
@@ -78,7 +79,11 @@ class OverlayManager:
     def __init__(self, root: Path, sources: ResolvedSources) -> None:
         self.root = root / "testdeps"
         self.sources = sources
-        self.uv = uv_binary()
+
+    @property
+    def uv(self) -> str:
+        """uv, looked up when first needed: requirements the env already meets need none."""
+        return uv_binary()
 
     def ensure(self, requirements: Sequence[str], env: Env) -> Overlay:
         """The overlay of requirements for env: resolved (or read from the cache), then made or verified.
@@ -109,8 +114,13 @@ class OverlayManager:
         return self._damage(overlay.site.parent, overlay.pins)
 
     def resolve(self, requirements: tuple[str, ...], env: Env) -> tuple[tuple[str, ...], bool]:
-        """The pins the env lacks (name==version, sorted), and whether they came from the cache."""
-        have = installed(env.site_packages)
+        """The pins the env lacks (name==version, sorted), and whether they came from the cache.
+
+        Requirements the env already meets (each named distribution installed at a version its specifier
+        allows) need no resolution: nothing is asked of an index, so a machine without one runs them."""
+        have = installed(*env.site_dirs)
+        if satisfied(requirements, have):
+            return (), True
         fixed = sorted(have.values())
         text = json.dumps([FORMAT, requirements, env.spec.key, fixed, self.sources.describe()])
         cached = self.root / "resolved" / f"{hashlib.sha256(text.encode()).hexdigest()[:20]}.json"
@@ -216,6 +226,22 @@ def overlay_key(pins: Sequence[str], python: str) -> str:
     """What an overlay's content depends on: its pins, the Python (X.Y) and the platform they were installed for."""
     text = json.dumps([FORMAT, sorted(pins), python, sysconfig.get_platform()])
     return f"py{python}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+
+
+def satisfied(requirements: Sequence[str], have: dict[str, str]) -> bool:
+    """Whether every requirement is met by the installed distributions (canonical name -> `name==version`).
+    A requirement with extras or a marker, or one that does not parse, is never taken as met: uv decides it."""
+    for text in requirements:
+        try:
+            requirement = Requirement(text)
+        except InvalidRequirement:
+            return False
+        pin = have.get(canonicalize_name(requirement.name))
+        if requirement.extras or requirement.marker or requirement.url or pin is None:
+            return False
+        if not requirement.specifier.contains(pin.split("==", 1)[1], prereleases=True):
+            return False
+    return True
 
 
 def _pins(output: str) -> list[str]:
