@@ -58,6 +58,11 @@ export PATH="$SITE/bin:$PATH"
 if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH="/usr/local/cuda/bin:$PATH"
 fi
+# The system's g++, not the one the env's Python was built with: on the H200 image setuptools would link with
+# /opt/gcc/bin/g++, whose libstdc++ goes into the extension statically (no DT_NEEDED libstdc++.so.6), and a C++
+# exception a kernel throws then crashes the process (SIGSEGV) when it reaches libtorch (docs/results/gpu.md).
+export CXX=${CXX:-/usr/bin/g++}
+export LDCXXSHARED=${LDCXXSHARED:-"$CXX -shared"}
 export UV_OFFLINE=1 UV_PYTHON_DOWNLOADS=never  # nothing is fetched: a run that needs the network fails, and says so
 export HARNESS_CACHE_DIR="$WORK/cache"
 

@@ -8,8 +8,9 @@ then each line of /proc/self/mountinfo still writable, so submounts such as /dev
 covered one by one and not only `/`), hides the host's CUDA toolkit, then opens the only holes a cell may
 write through: its own cell directory (which holds its TMPDIR, HOME and every default cache:
 `venv.own_caches`) bound writable again, and an empty private tmpfs on /dev/shm (POSIX shared memory and
-semaphores, gone with the cell). Device nodes stay usable (/dev/null, a GPU's): a read-only mount refuses
-creating files, not writing to a device. /proc and /sys are read-only too: a cell runs as uid 0 (of its user
+semaphores, gone with the cell). Device nodes stay usable (/dev/null): a read-only mount refuses creating
+files, not writing to a device. Where a host's GPU driver does not initialise inside the sandbox, cells run
+outside it (`gpu_hidden`). /proc and /sys are read-only too: a cell runs as uid 0 (of its user
 namespace, or the host's), and files such as /proc/sys/* and the cgroup files check only their owner, not a
 capability. A mount the init cannot make read-only (one a later mount covers, say) fails the sandbox with
 its path named, rather than leaving it writable. The cell then runs with every capability dropped (and
@@ -34,11 +35,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import glob
 import logging
 import os
 import re
 import shutil
+import stat
 import subprocess
+import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -178,7 +182,36 @@ def detect() -> Sandbox:
         if proc.returncode == SETUP_FAILED:  # namespaces made, but the world could not be made read-only
             return Sandbox("none", f"the sandbox could not make its mounts ({detail})")
         return Sandbox("none", f"the kernel refused the namespaces ({detail})")
+    hidden = gpu_hidden(probe)
+    if hidden:
+        return Sandbox("none", hidden)
     return probe
+
+
+# The CUDA driver's own initialisation, as torch's first CUDA call makes it: 0 is CUDA_SUCCESS.
+CU_INIT = "import ctypes, sys; sys.stdout.write(str(ctypes.CDLL('libcuda.so.1').cuInit(0)))"
+
+
+def gpu_hidden(probe: Sandbox) -> str | None:
+    """Why the sandbox would hide this host's GPU from a cell, or None. On a host with a GPU whose driver
+    initialises outside the sandbox, it must initialise inside it too; where it does not (seen on an H200 machine:
+    error 304, "OS call failed", under the PID namespace with the host's /proc and under the read-only mounts),
+    cells run outside the sandbox rather than report a GPU the runtime has as missing."""
+    if not gpu_device_nodes():
+        return None
+    try:
+        outside = subprocess.run([sys.executable, "-c", CU_INIT], capture_output=True, text=True, timeout=60)
+        if outside.stdout != "0":
+            return None  # no working driver here: nothing the sandbox could hide
+        with tempfile.TemporaryDirectory(prefix="harness-sandbox-") as tmp:
+            argv = probe.wrap([sys.executable, "-c", CU_INIT], [Path(tmp)])
+            inside = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"the GPU check did not finish ({exc}): cells run outside the sandbox"
+    if inside.stdout == "0":
+        return None
+    said = f"cuInit returned {inside.stdout}" if inside.stdout else f"exit {inside.returncode}"
+    return f"the GPU's driver does not initialise inside the sandbox ({said}): cells run outside it, unconfined"
 
 
 # CUDA toolkit libraries whose soname carries the CUDA major: on the loader's path they would stand in
@@ -187,6 +220,26 @@ CUDA_TOOLKIT_LIBRARY = re.compile(
     r"^lib(cudart|cublas|cublasLt|nvrtc|nvJitLink|nvblas|cupti|cufft|cusparse|curand|cusolver)\.so"
 )
 SYSTEM_LIBRARY_DIRS = {"/lib", "/lib64", "/usr/lib", "/usr/lib64", "/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu"}
+
+
+GPU_DEVICE_NODES = (
+    "/dev/nvidia*",
+    "/dev/nvidia-caps/*",
+    "/dev/dri/*",
+)  # NVIDIA's driver nodes; a GPU's DRM nodes (a GPU is here)
+
+
+def gpu_device_nodes() -> tuple[str, ...]:
+    """The GPU's character devices on this host (none on a machine without one)."""
+    found = []
+    for pattern in GPU_DEVICE_NODES:
+        for path in glob.glob(pattern):
+            try:
+                if stat.S_ISCHR(os.stat(path).st_mode):
+                    found.append(path)
+            except OSError:
+                continue
+    return tuple(sorted(found))
 
 
 @functools.cache
