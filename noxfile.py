@@ -24,6 +24,19 @@ def matrix(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def census(session: nox.Session) -> None:
+    """The census: the published stable-ABI wheels of census.yaml on the default runtimes (downloaded once, run with
+    their derived suite), each module held against a plain `import torch; ctypes.CDLL(module)` in every runtime
+    (`census --verify`), the table per package printed and written into docs/results/census.md (`-- --check` only
+    compares). Reports in reports/census/."""
+    session.install("-e", ".")
+    keep = "--check" if "--check" in session.posargs else "--update"
+    session.run("python", "-m", "harness", "run", "--matrix", "census.yaml", "--reports-dir", "reports/census")
+    page = "docs/results/census.md"
+    session.run("python", "-m", "harness", "census", "reports/census/latest", "--verify", keep, page)
+
+
+@nox.session(default=False)
 def mutate(session: nox.Session) -> None:
     """Detection power: the shim-mutant catalogue against the default stable builds on the newest runtime.
     Arguments go to `python -m harness mutate` (e.g. -- --matrix examples/matrix.yaml, -- --mutant 'meta.*')."""

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from harness.core import commands
 from harness.core.errors import BadInputError, CommandError
@@ -42,6 +43,7 @@ BUILD_FORMAT = 4
 HANDOFF_FORMAT = 1  # what `export` writes and `adopt` reads (a CI graph's build job to its run jobs)
 IGNORED = BUILD_OUTPUTS  # never copied into a build, never part of its sources' digest
 DERIVED_SUITE_MANIFEST = "_harness_wheel.json"  # the derived suite's MANIFEST (harness/execute/wheel_suite)
+DERIVED_SUITE_FORMAT = 2  # 2: extension modules only (no bundled library), sorted; a reference from a newer env
 
 
 def derived_suite_script() -> Path:
@@ -125,6 +127,8 @@ def cache_key(build: Build, torch_version: str, compiler: str) -> str:
         "python": build.python,
         "compiler": None if wheel else compiler,
     }
+    if ext.published is not None:  # its site/ holds the derived suite's manifest: made by this format of it
+        material["derived_suite"] = DERIVED_SUITE_FORMAT
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
 
 
@@ -252,7 +256,8 @@ class Builder:
     def uv(self) -> str:
         return uv_binary()
 
-    def build(self, build: Build, env: Env) -> BuildResult:
+    def build(self, build: Build, env: Env, others: Sequence[Env] = ()) -> BuildResult:
+        """others: envs of newer releases a published wheel's reference may be taken from where env cannot load it."""
         key = cache_key(build, env.torch_version, self.compiler)
         out = self.root / f"{build.id}-{key[:16]}"
         self.root.mkdir(parents=True, exist_ok=True)
@@ -266,7 +271,7 @@ class Builder:
             if damage:
                 log.warning("%s: the cached build is damaged (%s); building it again", build.id, damage)
             if build.extension.wheel is not None:
-                result = self._unpack(build, build.extension.wheel, env, out, key)
+                result = self._unpack(build, build.extension.wheel, env, out, key, others)
             else:
                 result = self._compile(build, env, out, key)
             return dataclasses.replace(result, repaired=damage)
@@ -415,7 +420,9 @@ class Builder:
             )
         return self._finish(build, env, out, key, started, reason, wheel, found, built_for)
 
-    def _unpack(self, build: Build, prebuilt_wheel: Path, env: Env, out: Path, key: str) -> BuildResult:
+    def _unpack(
+        self, build: Build, prebuilt_wheel: Path, env: Env, out: Path, key: str, others: Sequence[Env] = ()
+    ) -> BuildResult:
         """recipe 'wheel': nothing is compiled; the user's wheel is copied in and unpacked like a built one."""
         started = time.monotonic()
         shutil.rmtree(out, ignore_errors=True)
@@ -436,7 +443,7 @@ class Builder:
         for finding in found:
             log.warning("%s: %s", build.id, finding)
         try:
-            return self._finish(build, env, out, key, started, "", wheel, found)
+            return self._finish(build, env, out, key, started, "", wheel, found, others=others)
         except CommandError as exc:  # the user's wheel, not the harness, is what uv refused
             shutil.rmtree(out, ignore_errors=True)
             raise BadInputError(
@@ -455,13 +462,14 @@ class Builder:
         wheel: Path | None,
         findings: tuple[str, ...] = (),
         built_for: ApiLevel | None = None,
+        others: Sequence[Env] = (),
     ) -> BuildResult:
         """Unpack a good wheel into site/ (what every cell puts on its path) and record the result."""
         ok = wheel is not None
         if wheel is not None:
             self._site(wheel, out, str(env.python))
             if build.extension.published is not None:
-                self._derived_suite_manifest(wheel, env, out)
+                self._derived_suite_manifest(wheel, out, [env, *others])
         seconds = time.monotonic() - started
         meta = {
             "key": key,
@@ -484,32 +492,47 @@ class Builder:
             build, ok, reason, wheel, site, out / "build.log", seconds, False, key, findings, built_for=built_for
         )
 
-    def _derived_suite_manifest(self, wheel: Path, env: Env, out: Path) -> None:
+    def _derived_suite_manifest(self, wheel: Path, out: Path, envs: Sequence[Env]) -> None:
         """A published wheel's derived suite reads its modules and its reference from site/_harness_wheel.json:
         each extension module (its dotted name when it is a CPython module), and what each registers on the build
-        torch, found by loading them there, in the cells' sandbox (it is the wheel's code that runs)."""
-        objects = [o for o in read_artifact(wheel) if prebuilt.SHARED_OBJECT.search(o.name)]
+        torch, found by loading them there, in the cells' sandbox (it is the wheel's code that runs). Where the build
+        torch's env loads none of them (a CUDA wheel on a CPU build, say), the next env given that loads one is the
+        reference, and says so."""
         modules = []
-        for shared in objects:
+        for shared in sorted(prebuilt.extension_modules(read_artifact(wheel)), key=lambda o: o.name):
             dotted = shared.name.split(".")[0].replace("/", ".")
             stem = dotted.rsplit(".", 1)[-1]
             modules.append({"path": shared.name, "import": dotted if f"PyInit_{stem}" in shared.exports else None})
         manifest = out / "site" / DERIVED_SUITE_MANIFEST
         write_json(manifest, {"modules": modules})
+        found: dict[str, Any] = {}
+        for env in envs:
+            found = self._reference(env, out)
+            if any(m["error"] is None for m in found.get("modules", {}).values()):
+                break
+            log.warning(
+                "%s: no module loads on torch %s; trying the next release for its reference",
+                wheel.name,
+                env.torch_version,
+            )
+        found["build_torch"] = envs[0].torch_version
+        write_json(manifest, {"modules": modules, "reference": found})
+
+    def _reference(self, env: Env, out: Path) -> dict[str, Any]:
+        """What each module registers on env's torch (the derived suite run as a script), or why that failed."""
         reference = out / "reference.json"
+        reference.unlink(missing_ok=True)
         argv = [str(env.python), str(derived_suite_script()), str(out / "site"), str(reference)]
         try:
             said = commands.run(self.confine(argv, [out]), timeout=300, check=False, cwd=out).stdout
         except CommandError as exc:  # it hung: the cells will say so for themselves
             said = f"{exc}\n{exc.output}"
         try:
-            found = json.loads(reference.read_text())
+            found: dict[str, Any] = json.loads(reference.read_text())
         except (OSError, ValueError):
             found = {"torch": env.torch_version, "modules": {}, "error": said.strip()[-2000:]}
-            log.warning(
-                "the reference load of %s on torch %s failed: %s", wheel.name, env.torch_version, found["error"]
-            )
-        write_json(manifest, {"modules": modules, "reference": found})
+            log.warning("the reference load on torch %s failed: %s", env.torch_version, found["error"])
+        return found
 
     def _site(self, wheel: Path, out: Path, python: str) -> None:
         """Unpack a wheel into out/site (what every cell puts on its path), files of its own."""
@@ -528,6 +551,9 @@ class Builder:
             shutil.copyfile(result.wheel, where / result.wheel.name)
         if result.log.is_file():
             shutil.copyfile(result.log, where / "build.log")
+        manifest = result.site / DERIVED_SUITE_MANIFEST if result.site is not None else None
+        if manifest is not None and manifest.is_file():  # a published wheel: its modules and its reference
+            shutil.copyfile(manifest, where / DERIVED_SUITE_MANIFEST)
         write_json(
             where / "handoff.json",
             {
@@ -608,6 +634,9 @@ class Builder:
                     shutil.rmtree(out, ignore_errors=True)
                     return self._lost(build, f"{where / meta['wheel']} differs from the digest its build job recorded")
                 self._site(wheel, out, build.interpreter or build.python)
+                handed = where / DERIVED_SUITE_MANIFEST
+                if handed.is_file():  # the reference was made in the build job, on the build torch's env
+                    shutil.copyfile(handed, out / "site" / DERIVED_SUITE_MANIFEST)
             record = {
                 "key": ours,
                 "ok": meta["ok"],

@@ -182,12 +182,16 @@ class CellRunner:
             executor=execution.executor,
             findings=(
                 *build.findings,
-                *findings(
-                    prediction,
-                    outcome.status.value,
-                    outcome.reason,
-                    outcome.missing_symbol,
-                    cell.build.extension.expect,
+                *(
+                    ()  # the class says why it did not load: a library no torch provides, not a symbol
+                    if expectation is not None and expectation.condition is Condition.HOST_LIBRARY
+                    else findings(
+                        prediction,
+                        outcome.status.value,
+                        outcome.reason,
+                        outcome.missing_symbol,
+                        cell.build.extension.expect,
+                    )
                 ),
             ),
             logs=relative_logs(
@@ -248,8 +252,9 @@ def host_library_promise(outcome: CellOutcome) -> Promise | None:
     if outcome.status is not Status.LOAD_FAILED:
         return None
     probe = outcome.probe
-    errors = [m.error or "" for m in probe.modules if m.error is not None] or ["\n".join(probe.error_chain)]
-    libraries = [host_libraries.missing_host_library(error) for error in errors]
+    ours = {m.name for m in probe.modules}  # a module that needs a sibling which did not load fails with it
+    errors = [m.error or "" for m in probe.modules if m.error is not None and m.missing_library not in ours]
+    libraries = [host_libraries.missing_host_library(e) for e in errors or ["\n".join(probe.error_chain)]]
     if not all(libraries):
         return None
     named = sorted({lib for lib in libraries if lib})

@@ -34,6 +34,14 @@ class Observer(Protocol):
     def cell_done(self, result: CellResult, done: int, total: int) -> None: ...
 
 
+def newer(envs: dict[EnvSpec, Env], build: Build) -> list[Env]:
+    """The run's envs of the build's Python and newer releases than its torch, oldest first: where a published
+    wheel's reference may be taken when its build torch's env cannot load it."""
+    own = env_spec(build)
+    found = [s for s in envs if s.python == own.python and s.torch > own.torch and envs[s].spec.interpreter is None]
+    return [envs[s] for s in sorted(found, key=lambda s: s.torch)]
+
+
 def env_spec(item: Build | Runtime) -> EnvSpec:
     return EnvSpec(item.torch, item.variant, item.python, item.interpreter)
 
@@ -169,7 +177,10 @@ class Preparer:
         else:
             self.observer.stage("build", f"{len(todo)} build(s)")
             results = parallel(
-                self.jobs, lambda b: self.builder.build(b, envs[env_spec(b)]), todo, self.observer.build_done
+                self.jobs,
+                lambda b: self.builder.build(b, envs[env_spec(b)], newer(envs, b)),
+                todo,
+                self.observer.build_done,
             )
         return {r.build: r for r in results}
 

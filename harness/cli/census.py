@@ -27,7 +27,8 @@ from harness.results.census import MARK_BEGIN, MARK_END, PackageCensus, RuntimeR
 from harness.results.compat import splice
 from harness.results.diff import load_run
 from harness.results.model import RunResult
-from harness.static.prebuilt import SHARED_OBJECT
+from harness.static.prebuilt import SHARED_OBJECT, extension_modules
+from harness.static.symbols import read_artifact
 
 
 def add_census(command: Command) -> None:
@@ -114,10 +115,9 @@ def _verify_file(wheel: Path, rows: list[RuntimeRow], cache: Path, envs: EnvMana
     """One published file's modules, extracted, loaded the plain way on each of its cells' runtimes."""
     disagreements = checked = 0
     with tempfile.TemporaryDirectory(prefix="census-verify-", dir=cache / "tmp") as tmp:
-        with zipfile.ZipFile(wheel) as archive:
-            shared = [m for m in archive.namelist() if SHARED_OBJECT.search(m.rsplit("/", 1)[-1])]
-            archive.extractall(tmp, shared)
-        paths = sorted(Path(tmp) / m for m in shared)
+        with zipfile.ZipFile(wheel) as archive:  # every shared object: a module finds its siblings beside it
+            archive.extractall(tmp, [m for m in archive.namelist() if SHARED_OBJECT.search(m.rsplit("/", 1)[-1])])
+        paths = sorted(Path(tmp) / m.name for m in extension_modules(read_artifact(wheel)))  # as the suite loads them
         for row in rows:
             parts = cell_id_parts(row.cell.id) or {}
             python = row.cell.runtime_python or DEFAULT_PYTHON

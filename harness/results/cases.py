@@ -57,6 +57,7 @@ class ModuleLoad:
     missing_symbol: str | None = None
     missing_library: str | None = None
     registered: int = 0
+    compared: bool = False  # its operators were compared with its build torch's (False: it did not load there)
 
     @property
     def name(self) -> str:
@@ -67,7 +68,8 @@ class ModuleLoad:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ModuleLoad:
-        return cls(data["path"], data["error"], data["missing_symbol"], data["missing_library"], data["registered"])
+        texts = (data["error"], data["missing_symbol"], data["missing_library"])
+        return cls(data["path"], *texts, data["registered"], bool(data.get("compared", False)))
 
 
 TEXTS = ("error", "missing_symbol", "missing_library")
@@ -84,7 +86,8 @@ def module_loads(entries: object) -> tuple[ModuleLoad, ...]:
             continue
         error, symbol, library = (entry[k] if isinstance(entry.get(k), str) else None for k in TEXTS)
         registered = entry.get("registered")
-        found.append(ModuleLoad(str(path), error, symbol, library, registered if isinstance(registered, int) else 0))
+        count = registered if isinstance(registered, int) else 0
+        found.append(ModuleLoad(str(path), error, symbol, library, count, entry.get("compared") is True))
     return tuple(found)
 
 

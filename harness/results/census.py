@@ -13,6 +13,7 @@ import datetime
 from harness.core.status import Condition
 from harness.results.cases import PublishedBuild
 from harness.results.model import CellResult, RunResult
+from harness.static.host_libraries import is_host_library, usual_package
 from harness.verdict import Verdict
 
 MARK_BEGIN, MARK_END = "<!-- census:begin -->", "<!-- census:end -->"
@@ -62,7 +63,8 @@ class PackageCensus:
         parts = []
         whole = self.releases_where(everything)
         if whole:
-            parts.append(f"{_modules_word(n)} load and register the same operators on torch {_releases(whole)}")
+            verbs = "loads and registers" if n == 1 else "load and register"
+            parts.append(f"{_modules_word(n)} {verbs} the same operators on torch {_releases(whole)}")
         partial: dict[frozenset[str], list[str]] = {}
         for row in self.rows:
             proven = frozenset(row.proven)
@@ -73,7 +75,7 @@ class PackageCensus:
             parts.append(f"{shown} {'also ' if whole else ''}on {_releases(releases)}")
         nothing = self.releases_where(set())
         if nothing:
-            classes = sorted({_class_of(r.cell) for r in self.rows if r.release in nothing})
+            classes = sorted({_class_of(r.cell, detailed=True) for r in self.rows if r.release in nothing})
             parts.append(f"none on {_releases(nothing)} ({'; '.join(classes)})")
         return f"{self.label}: " + "; ".join(parts or ["no cell ran"])
 
@@ -112,8 +114,15 @@ def _releases(releases: list[str]) -> str:
     return ", ".join(releases)
 
 
-def _class_of(cell: CellResult) -> str:
+def _class_of(cell: CellResult, detailed: bool = False) -> str:
+    """Why a cell proves nothing, in a word (its class), with the libraries for host-library when detailed."""
     if cell.verdict is Verdict.EXPECTED_FAILURE and cell.expected_class:
+        if detailed and cell.expected_class is Condition.HOST_LIBRARY:
+            missing = sorted(
+                {m.missing_library for m in cell.modules if m.missing_library and is_host_library(m.missing_library)}
+            )
+            package = next((p for m in missing if (p := usual_package(m))), None)
+            return f"host-library: {', '.join(missing)}" + (f", from {package}" if package else "")
         return cell.expected_class.value
     return f"{cell.verdict.value}: {cell.reason}"[:120]
 
@@ -133,8 +142,14 @@ def _module_proofs(cell: CellResult, modules: tuple[str, ...]) -> tuple[ModulePr
             found.append(ModuleProof(name, False, shown))
             continue
         differs = any(SAME_OPS_TEST in t and f"[{name}]" in t for t in cell.failing_tests)
-        why = "registers other operators than on its build torch" if differs else ""
-        found.append(ModuleProof(name, not differs, why, record.registered))
+        if differs:
+            found.append(ModuleProof(name, False, "registers other operators than on its build torch"))
+        elif not record.compared:
+            found.append(
+                ModuleProof(name, False, "loads; its operators not compared (it did not load on its build torch)")
+            )
+        else:
+            found.append(ModuleProof(name, True, "", record.registered))
     return tuple(found)
 
 

@@ -23,6 +23,7 @@ from harness.static.limited_api import LimitedApiAudit, abi3_floor, module_pytho
 from harness.static.manifest import packaged_manifest
 from harness.static.op_calls import DISPATCHER_SHIMS, fits
 from harness.static.op_registry import packaged_op_schemas
+from harness.static.prebuilt import extension_modules
 from harness.static.predict import ArtifactImports, Predicted, Prediction, predict
 from harness.static.symbols import SharedObject, read_artifact
 
@@ -220,6 +221,7 @@ def check_artifact(
         audit = LimitedApiAudit.of(imports.python, floor, packaged_limited_api()) if floor else None
         return ModuleCheck(name, imports, own, predictions, audit, python_tag)
 
-    modules = tuple(check(o.name, [o], module_python(o.name)) for o in objects)
-    whole = modules[0] if len(modules) == 1 else check(artifact.name, objects, None)
+    members = extension_modules(objects) or objects  # a library bundled beside the modules is not one of them
+    modules = tuple(check(o.name, [o], module_python(o.name)) for o in members)
+    whole = modules[0] if len(modules) == 1 else check(artifact.name, members, None)
     return ArtifactCheck(artifact, recorded, dataclasses.replace(whole, name=artifact.name), modules)

@@ -14,6 +14,7 @@ import glob
 import os
 import re
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +26,21 @@ from harness.core.schema import Document
 from harness.core.versions import ApiLevel
 from harness.static.manifest import Manifest
 from harness.static.predict import ArtifactImports
+from harness.static.symbols import SharedObject
 
 SHARED_OBJECT = re.compile(r"\.so(\.|$)")
+TORCH_LIBRARY = re.compile(r"^lib(torch\w*|c10\w*)\.so$")  # what an extension module of torch's links
+
+
+def extension_modules(objects: Sequence[SharedObject]) -> list[SharedObject]:
+    """The shared objects of a wheel that are extension modules: a CPython module (PyInit_*), or one that links
+    torch's libraries; not a library bundled beside them (auditwheel's <package>.libs/: libz, libpng...)."""
+    return [
+        o
+        for o in objects
+        if SHARED_OBJECT.search(o.name)
+        and (any(n.startswith("PyInit_") for n in o.exports) or any(TORCH_LIBRARY.match(n) for n in o.needed))
+    ]
 
 
 def find_wheel(directory: Path, pattern: str) -> tuple[Path | None, str]:

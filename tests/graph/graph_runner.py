@@ -212,6 +212,7 @@ class Runner:
                 "token": "",
                 "workspace": "",
             },
+            "inputs": dict(self.inputs),
             "needs": {n: self.results[n] for n in self.needs(jobs[job])},
             "vars": dict(self.variables),
             "env": {},

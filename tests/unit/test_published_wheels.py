@@ -216,6 +216,11 @@ def test_a_load_that_fails_only_for_host_libraries_is_an_expected_failure_naming
     assert (promise.expected, promise.condition) == (Expected.LOAD_FAILED, Condition.HOST_LIBRARY)
     assert "needs libavutil.so.59, which neither torch nor CUDA provides" in promise.why
     assert host_library_promise(outcome_of((codec, symbol))) is None  # a torch symbol too: the torch ABI decides
+    sibling = ModuleLoad("p/_ops.so", "OSError: _codec.so: cannot open shared object file", None, "_codec.so")
+    promise = host_library_promise(
+        outcome_of((ModuleLoad("p/_codec.so", codec.error, None, codec.missing_library), sibling))
+    )
+    assert promise is not None and "libavutil.so.59" in promise.why  # failing with the sibling it needs
     assert host_library_promise(outcome_of(chain=("OSError: libsox.so.3: cannot open shared object file",))) is not None
     assert host_library_promise(outcome_of(chain=("OSError: libcudart.so.12: cannot open shared object file",))) is None
 
@@ -266,20 +271,23 @@ def test_the_census_says_per_package_which_modules_are_proven_where() -> None:
             "2.10.0",
             "2.10.0+cu130",
             Verdict.EXPECTED_FAILURE,
-            (ModuleLoad(a, None, registered=2), ModuleLoad(b, "OSError: undefined symbol: torch_f4", "torch_f4")),
+            (
+                ModuleLoad(a, None, registered=2, compared=True),
+                ModuleLoad(b, "OSError: undefined symbol: torch_f4", "torch_f4"),
+            ),
             expected_class=Condition.TORCH_ABI,
         ),
         cell(
             "2.11.0",
             "2.11.0+cu130",
             Verdict.KEPT,
-            (ModuleLoad(a, None, registered=2), ModuleLoad(b, None, registered=4)),
+            (ModuleLoad(a, None, registered=2, compared=True), ModuleLoad(b, None, registered=4, compared=True)),
         ),
         cell(
             "2.12.1",
             "2.12.1+cu130",
             Verdict.BROKEN,
-            (ModuleLoad(a, None, registered=2), ModuleLoad(b, None, registered=3)),
+            (ModuleLoad(a, None, registered=2, compared=True), ModuleLoad(b, None, registered=3, compared=True)),
             failing_tests=("test_wheel_modules::test_registers_the_same_operators[_C_mxfp8.so]",),
         ),
         cell(

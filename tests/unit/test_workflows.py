@@ -92,6 +92,13 @@ def test_workflow_structure(path: Path) -> None:
     assert triggers, f"{path.name}: no triggers"
     assert data["name"] and data["jobs"]
     for job_name, job in data["jobs"].items():
+        if "uses" in job:  # a call of another workflow of ci/ (as .github/workflows/ once copied there)
+            called = re.fullmatch(r"\$/\.github/workflows/([\w.-]+\.yml)", job["uses"])
+            assert called and (path.parent / called[1]).is_file(), f"{job_name}: calls {job['uses']!r}"
+            callee = load_workflow(path.parent / called[1])
+            accepted = (callee.get("on", callee.get(True)) or {}).get("workflow_call") or {}
+            assert set(job.get("with", {})) <= set(accepted.get("inputs") or {}), f"{job_name}: unknown inputs"
+            continue
         assert job.get("runs-on"), f"{job_name}: no runs-on"
         assert isinstance(job.get("timeout-minutes"), int), f"{job_name}: no timeout-minutes"
         step_ids = {step["id"] for step in job["steps"] if "id" in step}
@@ -106,12 +113,14 @@ def test_workflow_structure(path: Path) -> None:
                 for ref in re.findall(r"\binputs\.([\w-]+)", expr):
                     inputs = (triggers.get("workflow_dispatch") or {}).get("inputs") or {}
                     assert ref in inputs, f"{path.name}: unknown input {ref!r}"
+                    called = (triggers.get("workflow_call") or {}).get("inputs") or {}
+                    assert ref in called or ref not in {"matrix", "prerelease_index"}, f"{ref!r}: not callable"
 
 
 @pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
 def test_workflow_commands_exist(path: Path) -> None:
     for job_name, job in load_workflow(path)["jobs"].items():
-        for step in job["steps"]:
+        for step in job.get("steps", ()):
             if "run" in step:
                 check_script(step["run"], f"{path.name}:{job_name}:{step.get('name', '?')}")
 
@@ -120,7 +129,9 @@ def test_the_nightly_gates_on_broken_promises_and_uses_gpus_and_a_prerelease() -
     jobs = load_workflow(REPO / "ci" / "nightly.yml")["jobs"]
     gpu_runs = " ".join(step.get("run", "") for step in jobs["gpu"]["steps"])
     assert "gpu" in jobs["gpu"]["runs-on"] and "--require-gpu" in gpu_runs
-    assert jobs["gpu"]["if"] == "vars.HAS_GPU_RUNNER == 'true'", "only where the repository says it has one"
+    assert jobs["gpu"]["if"].startswith("vars.HAS_GPU_RUNNER == 'true' && "), "only where the repository has one"
+    assert "(inputs.matrix || 'matrix.yaml') == 'matrix.yaml'" in jobs["gpu"]["if"], "not in the census's call"
+    assert "(inputs.matrix || 'matrix.yaml') == 'matrix.yaml'" in jobs["mutate"]["if"], "not in the census's call"
     plan_runs = " ".join(step.get("run", "") for step in jobs["plan"]["steps"])
     assert "--add-runtime" in plan_runs and "plan-inputs/args" in plan_runs
     for job in jobs.values():
@@ -237,3 +248,21 @@ def test_the_run_jobs_cache_uv_downloads_within_githubs_limit() -> None:
     sizing = next(s for s in run["steps"] if s.get("id") == "uv-cache")
     assert "9000 / JOBS" in sizing["run"], "the jobs together stay under GitHub's 10 GB"
     assert save["if"] == "always() && steps.uv-cache.outputs.save == 'true'"
+
+
+def test_the_census_nightly_runs_the_graph_on_census_yaml_and_verifies_each_shard() -> None:
+    """ci/census.yml calls the nightly's graph with census.yaml and no pre-release; each run job holds its cells
+    against a plain load (census --verify), and merge compares the census with the docs page."""
+    census = load_workflow(REPO / "ci" / "census.yml")
+    (job,) = census["jobs"].values()
+    assert job["with"] == {"matrix": "census.yaml", "prerelease_index": "none"}
+    assert (REPO / "census.yaml").is_file()
+    nightly = load_workflow(REPO / "ci" / "nightly.yml")
+    assert nightly["env"]["MATRIX"] == "${{ inputs.matrix || 'matrix.yaml' }}"
+    run = " ".join(
+        s.get("run", "") for s in nightly["jobs"]["run"]["steps"] if s.get("if") == "env.MATRIX == 'census.yaml'"
+    )
+    assert "census shard-report --verify" in run
+    merge = [s for s in nightly["jobs"]["merge"]["steps"] if "census" in s.get("name", "")]
+    assert merge and "--check docs/results/census.md" in merge[0]["run"]
+    assert "--verify" in options_of(subcommands()["census"]) and "--check" in options_of(subcommands()["census"])

@@ -270,11 +270,12 @@ def doc_difference(request: pytest.FixtureRequest) -> Callable[[str, str], None]
 
 
 @pytest.fixture
-def record_module_load(request: pytest.FixtureRequest) -> Callable[[str, str | None, int], None]:
+def record_module_load(request: pytest.FixtureRequest) -> Callable[[str, str | None, int, bool], None]:
     """Record how one of a published wheel's extension modules loaded (the derived suite's test_loads):
-    its path in the wheel, the loader's error (None: it loaded) and how many operators it registered."""
+    its path in the wheel, the loader's error (None: it loaded), how many operators it registered, and whether
+    they are compared with what it registers on the torch it was built for (False: it did not load there)."""
 
-    def record(path: str, error: str | None, registered: int) -> None:
+    def record(path: str, error: str | None, registered: int, compared: bool = False) -> None:
         symbol = re.search(r"undefined symbol: (\S+)", error or "")
         library = re.search(r"([\w.+-]+\.so[.\d]*): cannot open shared object file", error or "")
         _record.setdefault("modules", {})[str(path)] = {
@@ -282,6 +283,7 @@ def record_module_load(request: pytest.FixtureRequest) -> Callable[[str, str | N
             "missing_symbol": symbol[1] if symbol else None,
             "missing_library": library[1] if library else None,
             "registered": int(registered),
+            "compared": bool(compared),
         }
         _write()
 
