@@ -27,8 +27,15 @@ extern int32_t aoti_torch_get_numel(AtenTensorHandle tensor, int64_t* ret);
 int64_t core_numel(AtenTensorHandle t) { int64_t n = 0; aoti_torch_get_numel(t, &n); return n; }
 """
 CODEC = """\
+#include <stdint.h>
+typedef struct AtenTensorOpaque* AtenTensorHandle;
+extern int32_t aoti_torch_get_numel(AtenTensorHandle tensor, int64_t* ret);
 extern int harness_codec_version(void);
-int codec_version(void) { return harness_codec_version(); }
+int64_t codec_frames(AtenTensorHandle t) {
+  int64_t n = 0;
+  aoti_torch_get_numel(t, &n);
+  return n * harness_codec_version();
+}
 """
 LIBRARY = "int harness_codec_version(void) { return 3; }\n"
 METADATA = b"Metadata-Version: 2.1\nName: codec_ops\nVersion: 1.0\nRequires-Dist: torch>=2.9\n"
