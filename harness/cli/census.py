@@ -23,7 +23,7 @@ from harness.execute.plain_load import plain_load
 from harness.plan import cell_id_parts
 from harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
 from harness.provision.sources import resolve_sources
-from harness.results.census import MARK_BEGIN, MARK_END, PackageCensus, RuntimeRow, census, document
+from harness.results.census import MADE_ON, MARK_BEGIN, MARK_END, PackageCensus, RuntimeRow, census, document
 from harness.results.compat import splice
 from harness.results.diff import load_run
 from harness.results.model import RunResult
@@ -83,7 +83,7 @@ def cmd_census(args: argparse.Namespace) -> int:
     if page is None or text is None:
         return code
     fresh = splice(text, lines, str(page), markers, "census")
-    if fresh == text:
+    if _content(fresh) == _content(text):  # which run made it, and when, is not what --check compares
         console.print(f"{escape(str(page))}: the census is current")
         return code
     if args.check:
@@ -94,6 +94,10 @@ def cmd_census(args: argparse.Namespace) -> int:
     write_atomic(page.resolve(), fresh)
     console.print(f"{escape(str(page))}: the census updated from run {escape(run.run_id)}")
     return code
+
+
+def _content(text: str) -> list[str]:
+    return [line for line in text.splitlines() if not line.startswith(MADE_ON)]
 
 
 def verify(run: RunResult, packages: list[PackageCensus], cache: Path) -> int:

@@ -17,6 +17,7 @@ from harness.static.host_libraries import is_host_library, usual_package
 from harness.verdict import Verdict
 
 MARK_BEGIN, MARK_END = "<!-- census:begin -->", "<!-- census:end -->"
+MADE_ON = "Made on "  # the page's first line: when and from which run (not compared by --check)
 SAME_OPS_TEST = "test_registers_the_same_operators"
 
 
@@ -185,7 +186,7 @@ def document(run: RunResult, packages: list[PackageCensus], today: datetime.date
     table, and what was downloaded."""
     made = (today or datetime.date.fromisoformat(run.finished[:10])).isoformat()
     lines = [
-        f"Made on {made} by `nox -s census` (run `{run.run_id}`, {len(run.cells)} cells, backend {run.backend}).",
+        f"{MADE_ON}{made} by `nox -s census` (run `{run.run_id}`, {len(run.cells)} cells, backend {run.backend}).",
         "",
     ]
     for package in packages:
