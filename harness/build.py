@@ -38,8 +38,9 @@ from harness.static.symbols import read_artifact
 log = logging.getLogger(__name__)
 
 # 2: reasons with shortened paths; 3: digests of the wheel and site/, failures say why; 4: the level it was really
-# built for (its compiler's -DTORCH_TARGET_VERSION) and the findings about it, a sources_root's files
-BUILD_FORMAT = 4
+# built for (its compiler's -DTORCH_TARGET_VERSION) and the findings about it, a sources_root's files; 5: that
+# level is what the compiler was given, never raised by a newer import (4 raised it, hiding leaking guards)
+BUILD_FORMAT = 5
 HANDOFF_FORMAT = 1  # what `export` writes and `adopt` reads (a CI graph's build job to its run jobs)
 IGNORED = BUILD_OUTPUTS  # never copied into a build, never part of its sources' digest
 DERIVED_SUITE_MANIFEST = "_harness_wheel.json"  # the derived suite's MANIFEST (harness/execute/wheel_suite)
@@ -166,8 +167,9 @@ def compiled_target(build: Build, text: str, imports: ArtifactImports) -> tuple[
     """The level a build was really compiled for, and the findings where that is not the matrix's target.
 
     Read from what its compiler was given (the log's -DTORCH_TARGET_VERSION; command lines without one: the
-    build torch's own level), and at least the level of the newest stable shim it imports (the manifest says
-    which release first exports it). A setup.py that hard-codes its own target is promised that target."""
+    build torch's own level). A setup.py that hard-codes its own target is promised that target. A stable shim it
+    imports that is newer than that level (the manifest says which release first exports it) is a finding, never a
+    new promise: it is what a leaking header guard does."""
     asked, own = build.effective_target, ApiLevel.of(build.torch)
     levels = compiled_levels(text)
     found: list[str] = []
@@ -194,12 +196,14 @@ def compiled_target(build: Build, text: str, imports: ArtifactImports) -> tuple[
             )
     newest = prebuilt.newest_stable_import(imports, packaged_manifest())
     if newest is not None and ApiLevel.of(newest[0]) > level:
+        # What its compiler was given stays the promise: headers that leak a newer shim into a build for `level`
+        # are the break the promise exists to catch (a guard bug in torch's headers, or a call the target lacks),
+        # so its cells on older runtimes stay promised, and break.
         release, name = newest
         found.append(
             f"built for {level} but imports {name}, first exported in {release}: it needs stable-ABI level "
-            f"{ApiLevel.of(release)}, and is promised by it"
+            f"{ApiLevel.of(release)} (its cells are still promised by {level}, what its compiler was given)"
         )
-        level = ApiLevel.of(release)
     return level, tuple(found)
 
 

@@ -106,6 +106,7 @@ def test_default_matrix_keeps_every_promise_then_reuses_everything(repo: Path, t
         "error": 0,
         "flaky": 0,
         "known_break": 0,
+        "not_run": 0,
     }
 
     second = harness(
