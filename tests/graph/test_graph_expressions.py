@@ -7,6 +7,7 @@ from test_nightly_graph import WORKFLOW
 
 CONTEXTS = {
     "github": {"event": {"inputs": {"shards": "", "matrix": "m.yaml"}}, "run_id": "7"},
+    "inputs": {"shards": "", "matrix": "m.yaml"},  # workflow_dispatch's inputs, and workflow_call's (ci/census.yml)
     "needs": {
         "plan": {"result": "success", "outputs": {"shards": '{"include": [{"shard": "1/2"}]}', "builds": "{}"}},
     },
@@ -23,6 +24,8 @@ CONTEXTS = {
     [
         ("github.event.inputs.shards || '3'", "3"),
         ("github.event.inputs.matrix || 'matrix.yaml'", "m.yaml"),
+        ("inputs.matrix || 'matrix.yaml'", "m.yaml"),
+        ("(inputs.matrix || 'matrix.yaml') == 'matrix.yaml'", False),
         ("fromJSON(needs.plan.outputs.shards)", {"include": [{"shard": "1/2"}]}),
         ("always() && needs.plan.result == 'success'", True),
         ("needs.plan.result == 'SUCCESS'", True),  # GitHub compares strings ignoring case
