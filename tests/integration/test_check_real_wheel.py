@@ -17,6 +17,7 @@ from packaging.version import Version
 from harness.cli import main
 from harness.config import DEFAULT_PYTHON, Sources
 from harness.core.schema import load_schema
+from harness.execute.plain_load import PROGRAM as LOAD_EACH  # import torch; ctypes.CDLL(each path)
 from harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
 from harness.provision.sources import resolve_sources
 from harness.static.check import check_artifact
@@ -78,20 +79,6 @@ def test_check_predicts_each_torchao_module_on_its_own(torchao_wheel: Path, caps
     text = capsys.readouterr().out.replace("\n", " ")
     assert "2 of 2 modules on 2.11.0+" in text
     assert "1 of 2 on 2.10.0" in text
-
-
-LOAD_EACH = """
-import ctypes, json, sys
-import torch
-found = {}
-for path in sys.argv[1:]:
-    try:
-        ctypes.CDLL(path)
-        found[path] = None
-    except OSError as exc:
-        found[path] = str(exc)
-print(json.dumps(found))
-"""
 
 
 def test_each_module_prediction_matches_a_real_load_in_every_runtime(torchao_wheel: Path, tmp_path: Path) -> None:
