@@ -36,6 +36,7 @@ from harness.core.errors import CommandError, ConfigError, InfrastructureError, 
 from harness.provision import integrity, interpreters
 from harness.provision.existing import SOURCE as EXISTING_SOURCE
 from harness.provision.existing import Existing, inspect_all, unserving
+from harness.provision.locks import close_all, locked
 from harness.provision.sources import ResolvedSources, uv_binary
 
 log = logging.getLogger(__name__)
@@ -151,7 +152,7 @@ class EnvManager:
         self._asking = threading.Lock()
         self._held: dict[Path, IO[str]] = {}  # env path -> its use lock, held shared until release()
         self._holding = threading.Lock()
-        weakref.finalize(self, _close_all, self._held)  # a manager dropped without release() lets go as well
+        weakref.finalize(self, close_all, self._held)  # a manager dropped without release() lets go as well
 
     @property
     def uv(self) -> str:
@@ -297,7 +298,7 @@ class EnvManager:
     def release(self) -> None:
         """This manager's runs no longer use their envs: others may repair them."""
         with self._holding:
-            _close_all(self._held)
+            close_all(self._held)
 
     def _make(self, spec: EnvSpec) -> Env:
         env = self._marked(spec)
@@ -447,59 +448,3 @@ class EnvManager:
         if damage:
             shutil.rmtree(path, ignore_errors=True)
         return damage, fingerprint
-
-
-def _close_all(held: dict[Path, IO[str]]) -> None:
-    """Close every use lock in held (closing the file drops its flock) and forget them."""
-    for handle in held.values():
-        handle.close()
-    held.clear()
-
-
-@contextlib.contextmanager
-def locked(lock_path: Path, wait: float | None = None, why: str = "another run is creating this") -> Iterator[None]:
-    """An exclusive lock on lock_path, held while the block runs (waiting for another run's if need be: at
-    most `wait` seconds when given, then InfrastructureError). fcntl is imported here, where it is used:
-    `check`, `abi-diff` and `audit-guards` import this module and run on any OS; envs are made on POSIX only."""
-    import fcntl
-
-    with open(lock_path, "a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            bound, level = ("", logging.INFO) if wait is None else (f" (at most {wait:g} s)", logging.WARNING)
-            log.log(level, "waiting for %s%s: %s", lock_path, bound, why)
-            started = time.monotonic()
-            if not _wait_exclusive(handle, wait):
-                raise InfrastructureError(
-                    f"{lock_path}: waited {wait:g} s and it is still held: {why}\n"
-                    "  let the runs using it end (or stop them), then run again"
-                ) from None
-            log.log(level, "%s: ours after %.1f s", lock_path, time.monotonic() - started)
-        try:
-            handle.seek(0)
-            handle.truncate()
-            handle.write(f"{os.getpid()}\n")
-            handle.flush()
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _wait_exclusive(handle: IO[str], wait: float | None) -> bool:
-    """flock(LOCK_EX) on handle; False (the lock not taken) once wait seconds have passed without it."""
-    import fcntl
-
-    if wait is None:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        return True
-    deadline = time.monotonic() + wait
-    while True:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            time.sleep(min(0.2, left))

@@ -36,7 +36,8 @@ from harness.core import commands
 from harness.core.errors import CommandError, InfrastructureError
 from harness.core.files import write_atomic
 from harness.provision import integrity
-from harness.provision.envs import Env, locked
+from harness.provision.envs import Env
+from harness.provision.locks import locked
 from harness.provision.sources import ResolvedSources, uv_binary
 
 log = logging.getLogger(__name__)

@@ -29,7 +29,8 @@ from kit import Workspace
 from packaging.version import Version
 
 from harness.config import DEFAULT_PYTHON, Sources
-from harness.provision.envs import EnvManager, EnvSpec, default_cache_dir, locked
+from harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
+from harness.provision.locks import locked
 from harness.provision.sources import resolve_sources
 
 HERE = Path(__file__).parent

@@ -35,7 +35,8 @@ from harness.core.errors import CommandError
 from harness.execute.api import RuntimeHandle
 from harness.execute.container.engine import LABEL, Engine, EngineError
 from harness.plan import Runtime
-from harness.provision.envs import Env, detect_variant, locked
+from harness.provision.envs import Env, detect_variant
+from harness.provision.locks import locked
 from harness.provision.sources import ResolvedSources, uv_binary
 
 log = logging.getLogger(__name__)

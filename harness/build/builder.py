@@ -1,4 +1,5 @@
-"""Compile each build once, in the env of its build torch, with the extension's own recipe.
+"""The builder: each build compiled once, in the env of its build torch, with the extension's own recipe (or a
+prebuilt or published wheel unpacked), cached by content, and handed on between a CI graph's jobs.
 
 The artifact is what users ship: an abi3 wheel. Results (failures included) are
 cached by content: sources, target, build torch, python and compiler.
@@ -24,11 +25,16 @@ from typing import Any
 from harness.core import commands
 from harness.core.errors import BadInputError, CommandError
 from harness.core.files import content_digest, file_digest, write_atomic, write_json
+from harness.build.derived import DERIVED_SUITE_FORMAT, DERIVED_SUITE_MANIFEST, Confine
+from harness.build.log import KILLED_MARKERS, compiled_target, first_error_line, needs_nvcc, outside_reads
 from harness.core.versions import ApiLevel
+from harness.build import derived
+from harness.build.result import BUILD_FORMAT, IGNORED, ROOT_IGNORED, BuildResult, cache_key, compiler_identity
 from harness.plan import BUILD_OUTPUTS, Build
 from harness.provision import toolchain
-from harness.provision.envs import Env, locked
+from harness.provision.envs import Env
 from harness.provision.existing import environ as existing_environ
+from harness.provision.locks import locked
 from harness.provision.sources import uv_binary
 from harness.static import prebuilt
 from harness.static.manifest import packaged_manifest
@@ -37,209 +43,7 @@ from harness.static.symbols import read_artifact
 
 log = logging.getLogger(__name__)
 
-# 2: reasons with shortened paths; 3: digests of the wheel and site/, failures say why; 4: the level it was really
-# built for (its compiler's -DTORCH_TARGET_VERSION) and the findings about it, a sources_root's files; 5: that
-# level is what the compiler was given, never raised by a newer import (4 raised it, hiding leaking guards)
-BUILD_FORMAT = 5
 HANDOFF_FORMAT = 1  # what `export` writes and `adopt` reads (a CI graph's build job to its run jobs)
-IGNORED = BUILD_OUTPUTS  # never copied into a build, never part of its sources' digest
-DERIVED_SUITE_MANIFEST = "_harness_wheel.json"  # the derived suite's MANIFEST (harness/execute/wheel_suite)
-DERIVED_SUITE_FORMAT = 2  # 2: extension modules only (no bundled library), sorted; a reference from a newer env
-
-
-def derived_suite_script() -> Path:
-    """The derived suite of a published wheel, which is also the script that records its reference."""
-    return Path(str(resources.files("harness.execute").joinpath("wheel_suite", "test_wheel_modules.py")))
-
-
-ROOT_IGNORED = (*IGNORED, ".git")  # ...and of a sources_root (a repository's root, often)
-# A compiler's command line as a recipe prints it (setuptools, ninja -v, CMake with VERBOSE=1): a source compiled
-COMPILE_LINE = re.compile(r"\s-c\s+\S+\.(?:cpp|cc|cxx|c|cu)\b|\S+\.(?:cpp|cc|cxx|c|cu)\s+-c\s|\s-c\s+-o\s")
-TARGET_DEFINE = re.compile(r"-DTORCH_TARGET_VERSION=(0[xX][0-9a-fA-F]{1,16})\b")
-RECIPE_FILES = ("setup.py", "pyproject.toml", "setup.cfg", "CMakeLists.txt")  # where a recipe names its sources
-CLIMBING = re.compile(r"""["'(\s=]((?:\.\./)+[^"'\s)]*)""")  # a relative path that climbs out: '../csrc'
-
-
-@dataclasses.dataclass(frozen=True)
-class BuildResult:
-    build: Build
-    ok: bool
-    reason: str  # one line: why it failed, or '' when it built
-    wheel: Path | None
-    site: Path | None  # the wheel unpacked, put on the runtime's path by each cell
-    log: Path
-    seconds: float
-    cached: bool
-    key: str
-    findings: tuple[str, ...] = ()  # a prebuilt wheel whose imports contradict what the matrix claims for it
-    # The build did not finish for a reason that says nothing about the extension (a timeout, a
-    # compiler killed by a signal, a damaged env): its cells are ERROR, never BUILD_FAILED, and
-    # it is not cached, so the next run tries again.
-    infrastructure: bool = False
-    repaired: str | None = None  # a cached build found damaged and built again: what was wrong
-    # Not attempted: this machine lacks what the recipe needs (a compiler, nvcc, the CUDA headers). The
-    # machine's trouble, not the extension's: its cells are SKIPPED (ERROR with --require-toolchain).
-    toolchain: str | None = None
-    # The stable-ABI level it was compiled for, as its compiler was given it (and at least what its imports need);
-    # None: not compiled here (a prebuilt wheel is promised what it claims) or not built
-    built_for: ApiLevel | None = None
-
-
-def compiler_identity() -> str:
-    """The C++ compiler and the CUDA toolkit (nvcc, CUDA_HOME): part of every build's cache key, so a
-    build that failed for want of a toolkit is tried again once one is installed."""
-    parts = []
-    for tool, pick in ((os.environ.get("CXX", "c++"), 0), ("nvcc", -1)):
-        try:
-            out = subprocess.run([tool, "--version"], capture_output=True, text=True, timeout=30).stdout
-        except OSError:
-            parts.append(f"{tool}: not found")
-            continue
-        lines = out.strip().splitlines()
-        parts.append(lines[pick] if lines else tool)
-    if os.environ.get("CUDA_HOME"):
-        parts.append(f"CUDA_HOME={os.environ['CUDA_HOME']}")
-    return "; ".join(parts)
-
-
-# A compiler or build tool that died of a signal (an interrupt, the OOM killer) or crashed: the
-# recipe failed, but nothing was learnt about the extension's source.
-KILLED_MARKERS = (
-    "terminated by signal",
-    "Killed signal terminated program",
-    "internal compiler error",
-    "KeyboardInterrupt",
-)
-
-
-def cache_key(build: Build, torch_version: str, compiler: str) -> str:
-    wheel, ext = build.extension.wheel, build.extension
-    material = {
-        "format": BUILD_FORMAT,
-        # The extension's files, its test directory left out: tests do not change the binary.
-        "sources": (
-            file_digest(wheel)
-            if wheel
-            else content_digest(ext.sources_root or ext.root, ROOT_IGNORED if ext.sources_root else IGNORED, ext.tests)
-        ),
-        "recipe": build.extension.recipe,
-        "target": build.target.hex if build.target else None,
-        "torch": torch_version,
-        "python": build.python,
-        "compiler": None if wheel else compiler,
-    }
-    if ext.published is not None:  # its site/ holds the derived suite's manifest: made by this format of it
-        material["derived_suite"] = DERIVED_SUITE_FORMAT
-    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
-
-
-def first_error_line(text: str, work: Path) -> str:
-    """The compiler's first error, with the build copy's and torch's long paths cut off."""
-    for line in text.splitlines():
-        if "error:" in line or "#error" in line:
-            line = line.replace(f"{work}/", "")
-            line = re.sub(r"\S*/site-packages/torch/include/", "<torch>/include/", line)
-            return line.strip()[:300]
-    return "the recipe exited non-zero (see the build log)"
-
-
-# Confines a command that runs an artifact's code (argv, the paths it may write -> argv to run): the cells' sandbox.
-Confine = Callable[[Sequence[str], Sequence[Path]], list[str]]
-
-
-def needs_nvcc(line: str) -> str:
-    """A tried build's want of nvcc as its toolchain reason: what its log said, and how to get one."""
-    lacks = toolchain.missing(toolchain.Needs(cxx=True, cuda=True))
-    fix = "; ".join(m.text() for m in lacks) or "nvcc was not found as the recipe looked for it"
-    return f"the recipe needs nvcc ({line}): {fix}"
-
-
-def compiled_levels(text: str) -> tuple[ApiLevel, ...] | None:
-    """Every -DTORCH_TARGET_VERSION a build's compiler command lines gave, in order, each once; () when its log
-    shows compiler command lines and none defines it; None when it shows none (nothing is known from the log)."""
-    levels = [ApiLevel.from_hex(m) for m in TARGET_DEFINE.findall(text)]
-    if levels:
-        return tuple(dict.fromkeys(levels))
-    return () if COMPILE_LINE.search(text) else None
-
-
-def compiled_target(build: Build, text: str, imports: ArtifactImports) -> tuple[ApiLevel, tuple[str, ...]]:
-    """The level a build was really compiled for, and the findings where that is not the matrix's target.
-
-    Read from what its compiler was given (the log's -DTORCH_TARGET_VERSION; command lines without one: the
-    build torch's own level). A setup.py that hard-codes its own target is promised that target. A stable shim it
-    imports that is newer than that level (the manifest says which release first exports it) is a finding, never a
-    new promise: it is what a leaking header guard does."""
-    asked, own = build.effective_target, ApiLevel.of(build.torch)
-    levels = compiled_levels(text)
-    found: list[str] = []
-    if levels is None:
-        level = asked
-    elif not levels:
-        level = own
-        if build.target:
-            found.append(
-                f"asked for target {build.target}, but no compiler command line in its build log defines "
-                f"TORCH_TARGET_VERSION: built for its build torch's own level {own} (pass the TORCH_TARGET_VERSION "
-                "the harness exports to the compiler, e.g. -DTORCH_TARGET_VERSION=$TORCH_TARGET_VERSION)"
-            )
-    else:
-        level = max(levels)
-        if len(levels) > 1:
-            shown = ", ".join(f"{lv} ({lv.hex})" for lv in levels)
-            found.append(f"its compiler command lines define several TORCH_TARGET_VERSION values: {shown}")
-        if level != asked:
-            found.append(
-                f"asked for target {build.target or f'none (its build torch {own})'}, but its compiler was given "
-                f"-DTORCH_TARGET_VERSION={level.hex}: built for {level} (its recipe sets its own target); "
-                f"its cells are promised by {level}"
-            )
-    newest = prebuilt.newest_stable_import(imports, packaged_manifest())
-    if newest is not None and ApiLevel.of(newest[0]) > level:
-        # What its compiler was given stays the promise: headers that leak a newer shim into a build for `level`
-        # are the break the promise exists to catch (a guard bug in torch's headers, or a call the target lacks),
-        # so its cells on older runtimes stay promised, and break.
-        release, name = newest
-        found.append(
-            f"built for {level} but imports {name}, first exported in {release}: it needs stable-ABI level "
-            f"{ApiLevel.of(release)} (its cells are still promised by {level}, what its compiler was given)"
-        )
-    return level, tuple(found)
-
-
-def climbing_paths(root: Path) -> tuple[str, ...]:
-    """Relative paths that climb out of the extension's directory ('../csrc') in its recipe's files, each as
-    'setup.py, line 12: ../csrc'."""
-    found: list[str] = []
-    for name in RECIPE_FILES:
-        try:
-            lines = (root / name).read_text(errors="replace").splitlines()
-        except OSError:
-            continue
-        for number, line in enumerate(lines, 1):
-            if line.lstrip().startswith("#"):
-                continue
-            found.extend(f"{name}, line {number}: {m}" for m in CLIMBING.findall(f" {line}"))
-    return tuple(found)
-
-
-def outside_reads(root: Path, text: str, copied: Path, work: Path) -> str | None:
-    """Why a failed build failed, where it read outside what was copied for it: a recipe path that climbs out of
-    the extension's directory, or a file it did not find outside the build's copy. None: neither."""
-    climbing = climbing_paths(root)
-    missing = [
-        line.strip()
-        for line in text.splitlines()
-        if "No such file" in line and ("../" in line or (str(copied.parent) in line and str(work) not in line))
-    ]
-    if not climbing and not missing:
-        return None
-    seen = climbing[0] if climbing else missing[0].replace(f"{copied.parent}/", "../")[:200]  # as the recipe sees it
-    return (
-        f"the recipe reads outside the extension's directory ({seen}), which is not copied into the build: declare "
-        f"the folder it reads from in extension.yaml (e.g. sources_root: ..; the build then runs in "
-        f"{root.name}/ of a copy of that folder)"
-    )
 
 
 class Builder:
@@ -473,7 +277,7 @@ class Builder:
         if wheel is not None:
             self._site(wheel, out, str(env.python))
             if build.extension.published is not None:
-                self._derived_suite_manifest(wheel, out, [env, *others])
+                derived.write_manifest(wheel, out, [env, *others], self.confine)
         seconds = time.monotonic() - started
         meta = {
             "key": key,
@@ -495,48 +299,6 @@ class Builder:
         return BuildResult(
             build, ok, reason, wheel, site, out / "build.log", seconds, False, key, findings, built_for=built_for
         )
-
-    def _derived_suite_manifest(self, wheel: Path, out: Path, envs: Sequence[Env]) -> None:
-        """A published wheel's derived suite reads its modules and its reference from site/_harness_wheel.json:
-        each extension module (its dotted name when it is a CPython module), and what each registers on the build
-        torch, found by loading them there, in the cells' sandbox (it is the wheel's code that runs). Where the build
-        torch's env loads none of them (a CUDA wheel on a CPU build, say), the next env given that loads one is the
-        reference, and says so."""
-        modules = []
-        for shared in sorted(prebuilt.extension_modules(read_artifact(wheel)), key=lambda o: o.name):
-            dotted = shared.name.split(".")[0].replace("/", ".")
-            stem = dotted.rsplit(".", 1)[-1]
-            modules.append({"path": shared.name, "import": dotted if f"PyInit_{stem}" in shared.exports else None})
-        manifest = out / "site" / DERIVED_SUITE_MANIFEST
-        write_json(manifest, {"modules": modules})
-        found: dict[str, Any] = {}
-        for env in envs:
-            found = self._reference(env, out)
-            if any(m["error"] is None for m in found.get("modules", {}).values()):
-                break
-            log.warning(
-                "%s: no module loads on torch %s; trying the next release for its reference",
-                wheel.name,
-                env.torch_version,
-            )
-        found["build_torch"] = envs[0].torch_version
-        write_json(manifest, {"modules": modules, "reference": found})
-
-    def _reference(self, env: Env, out: Path) -> dict[str, Any]:
-        """What each module registers on env's torch (the derived suite run as a script), or why that failed."""
-        reference = out / "reference.json"
-        reference.unlink(missing_ok=True)
-        argv = [str(env.python), str(derived_suite_script()), str(out / "site"), str(reference)]
-        try:
-            said = commands.run(self.confine(argv, [out]), timeout=300, check=False, cwd=out).stdout
-        except CommandError as exc:  # it hung: the cells will say so for themselves
-            said = f"{exc}\n{exc.output}"
-        try:
-            found: dict[str, Any] = json.loads(reference.read_text())
-        except (OSError, ValueError):
-            found = {"torch": env.torch_version, "modules": {}, "error": said.strip()[-2000:]}
-            log.warning("the reference load on torch %s failed: %s", env.torch_version, found["error"])
-        return found
 
     def _site(self, wheel: Path, out: Path, python: str) -> None:
         """Unpack a wheel into out/site (what every cell puts on its path), files of its own."""
