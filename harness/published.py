@@ -49,7 +49,6 @@ class WheelReading:
     torch_pin: str | None  # its Requires-Dist on torch, as written
     pinned: Version | None  # the release that pin names exactly (torch==2.11.0), else None
     stable: bool  # it imports no unstable C++ symbol
-    package: str  # the top-level package its first extension module is in
 
 
 def read_wheel(path: Path, objects: list[SharedObject], manifest: Manifest) -> WheelReading:
@@ -61,8 +60,7 @@ def read_wheel(path: Path, objects: list[SharedObject], manifest: Manifest) -> W
     )
     newest = (introduced[-1][1], introduced[-1][0]) if introduced else None
     pin, pinned = torch_requirement(path)
-    package = objects[0].name.split("/")[0] if objects else ""
-    return WheelReading(ApiLevel.of(newest[1]) if newest else None, newest, pin, pinned, not imports.unstable, package)
+    return WheelReading(ApiLevel.of(newest[1]) if newest else None, newest, pin, pinned, not imports.unstable)
 
 
 def torch_requirement(path: Path) -> tuple[str | None, Version | None]:
@@ -84,7 +82,7 @@ def torch_requirement(path: Path) -> tuple[str | None, Version | None]:
 
 def runtime_pythons(matrix: Matrix) -> list[str]:
     """The CPython versions the matrix's runtimes use (an interpreter given by path counts as the matrix's)."""
-    found = {r.python if r.python and not is_path(r.python) else matrix.python for r in matrix.runtimes}
+    found = {_python_of(r.python, matrix.python) for r in matrix.runtimes}
     return sorted(found, key=lambda p: tuple(int(x) for x in p.rstrip("t").split(".")))
 
 

@@ -159,7 +159,6 @@ class PublishedFacts:
     build_torch_from: str  # where B came from, in words
     target_from: str  # where T came from, in words
     unserved: tuple[str, ...] = ()  # the runtimes' CPythons for which the sources serve no file of this release
-    reference: Path | None = None  # what each module registers on B (written when the wheel is unpacked)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,7 +16,7 @@ import logging
 from pathlib import Path
 
 from packaging.requirements import Requirement
-from packaging.tags import Tag, compatible_tags, cpython_tags, platform_tags
+from packaging.tags import Tag, platform_tags
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
@@ -25,6 +25,7 @@ from harness.core.files import file_digest, write_atomic
 from harness.core.text import redact
 from harness.provision.index import Listed, fetch, list_source, local_path, sources_of
 from harness.provision.sources import ResolvedSources
+from harness.static.prebuilt import ordered_tags
 
 log = logging.getLogger(__name__)
 
@@ -47,17 +48,6 @@ class PublishedWheel:
     @property
     def filename(self) -> str:
         return self.path.name
-
-
-def ordered_tags(python: str) -> list[Tag]:
-    """What CPython `python` (3.11) installs on this platform, most specific first, as pip ranks them."""
-    major, minor = (int(p) for p in python.rstrip("t").split("."))
-    platforms = list(platform_tags())
-    version = (major, minor)
-    abis = [f"cp{major}{minor}t"] if python.endswith("t") else [f"cp{major}{minor}", "abi3", "none"]
-    tags = [*cpython_tags(version, abis=abis, platforms=platforms), *compatible_tags(version, abis[0], platforms)]
-    free_threaded = python.endswith("t")  # the limited API is not for a free-threaded CPython
-    return [tag for tag in tags if not (free_threaded and tag.abi == "abi3")]
 
 
 def resolve(requirement: str, python: str, sources: ResolvedSources, cache: Path) -> PublishedWheel:

@@ -105,15 +105,20 @@ def wheel_of(doc: Document, directory: Path, problems: list[str]) -> Path | None
     return None if wrong else found
 
 
-def supported_tags(python: str) -> set[Tag]:
-    """What CPython `python` (e.g. '3.11') on this host installs: cpXY, abi3 from cp32 up, py3 and none."""
-    major, minor = (int(p) for p in python.split("."))
+def ordered_tags(python: str) -> list[Tag]:
+    """What CPython `python` (3.11) installs on this platform, most specific first, as pip ranks them."""
+    major, minor = (int(p) for p in python.rstrip("t").split("."))
     platforms = list(platform_tags())
     version = (major, minor)
-    return {
-        *cpython_tags(version, abis=[f"cp{major}{minor}", "abi3", "none"], platforms=platforms),
-        *compatible_tags(version, f"cp{major}{minor}", platforms),
-    }
+    abis = [f"cp{major}{minor}t"] if python.endswith("t") else [f"cp{major}{minor}", "abi3", "none"]
+    tags = [*cpython_tags(version, abis=abis, platforms=platforms), *compatible_tags(version, abis[0], platforms)]
+    free_threaded = python.endswith("t")  # the limited API is not for a free-threaded CPython
+    return [tag for tag in tags if not (free_threaded and tag.abi == "abi3")]
+
+
+def supported_tags(python: str) -> set[Tag]:
+    """What CPython `python` (e.g. '3.11') on this host installs: cpXY, abi3 from cp32 up, py3 and none."""
+    return set(ordered_tags(python))
 
 
 def tag_problem(path: Path, python: str) -> str | None:

@@ -16,13 +16,14 @@ from harness.collect import CellOutcome, ProbeRecord
 from harness.config.matrix import load_matrix
 from harness.core.errors import ConfigError, InfrastructureError, ResolutionError
 from harness.core.status import Condition, Status
-from harness.provision.published import ordered_tags, resolve
+from harness.provision.published import resolve
 from harness.provision.sources import ResolvedSources
 from harness.published import torch_requirement
 from harness.results.cases import CaseCounts, ModuleLoad, PublishedBuild, module_loads
 from harness.results.census import census
 from harness.results.model import CellResult, RunResult
 from harness.static import host_libraries
+from harness.static.prebuilt import ordered_tags
 from harness.verdict import Expected, Verdict
 
 PLATFORM = next(iter(platform_tags()))  # this host's most specific platform tag
@@ -216,9 +217,11 @@ def test_a_load_that_fails_only_for_host_libraries_is_an_expected_failure_naming
     assert (promise.expected, promise.condition) == (Expected.LOAD_FAILED, Condition.HOST_LIBRARY)
     assert "needs libavutil.so.59, which neither torch nor CUDA provides" in promise.why
     assert host_library_promise(outcome_of((codec, symbol))) is None  # a torch symbol too: the torch ABI decides
-    sibling = ModuleLoad("p/_ops.so", "OSError: _codec.so: cannot open shared object file", None, "_codec.so")
+    # torchcodec's custom_ops module needs its core sibling, whose name reads like one of torch's libraries
+    core = "libtorchcodec_core4.so"
+    sibling = ModuleLoad("p/ops.so", f"OSError: {core}: cannot open shared object file", None, core)
     promise = host_library_promise(
-        outcome_of((ModuleLoad("p/_codec.so", codec.error, None, codec.missing_library), sibling))
+        outcome_of((ModuleLoad(f"p/{core}", codec.error, None, codec.missing_library), sibling))
     )
     assert promise is not None and "libavutil.so.59" in promise.why  # failing with the sibling it needs
     assert host_library_promise(outcome_of(chain=("OSError: libsox.so.3: cannot open shared object file",))) is not None
