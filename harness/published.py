@@ -96,20 +96,19 @@ def with_published(matrix: Matrix, cache: Path) -> Matrix:
     extensions, builds = dict(matrix.extensions), list(matrix.builds)
     for request in matrix.published:
         files: dict[Path, tuple[PublishedWheel, list[str]]] = {}
-        unserved: list[str] = []
+        refused: dict[str, str] = {}  # python -> why the sources serve no file for it
         for python in runtime_pythons(matrix):
             try:
                 wheel = resolve(request.requirement, python, sources, cache)
             except ResolutionError as exc:
-                log.warning("%s: %s", request.where, exc)
-                unserved.append(python)
+                refused[python] = str(exc)
                 continue
             files.setdefault(wheel.path, (wheel, []))[1].append(python)
-        if not files:
-            raise ResolutionError(
-                f"{request.where}: {request.requirement!r} has no wheel for the runtimes' CPythons "
-                f"({', '.join(unserved)}) on this platform"
-            )
+        if not files:  # why, in the resolver's words (once each: an unknown name reads the same for every Python)
+            raise ResolutionError(f"{request.where}: " + "\n".join(dict.fromkeys(refused.values())))
+        for why in dict.fromkeys(refused.values()):
+            log.warning("%s: %s", request.where, why)
+        unserved = list(refused)
         for wheel, pythons in files.values():
             python = matrix.python if matrix.python in pythons else pythons[0]
             several = len(files) > 1

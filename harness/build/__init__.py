@@ -1,10 +1,12 @@
 """Builds: each build compiled once (or its wheel unpacked) in the env of its build torch, cached by content.
 
-builder: the Builder, its cache and the CI graph's hand-offs; result: what a build yields and its cache key; log: what a build's log says (the
-compiler's error, the target it was given, a want of nvcc); derived: a published wheel's derived suite (its
-modules' manifest and its reference registrations)."""
+builder: the Builder, its cache and the CI graph's hand-offs; result: what a build yields and its cache key;
+log: what a build's log says (the compiler's error, the target it was given, a want of nvcc); derived: a published
+wheel's derived suite (its modules' manifest and its reference registrations)."""
 
 from harness.build.builder import HANDOFF_FORMAT, Builder
+from harness.build.derived import DERIVED_SUITE_MANIFEST, derived_suite_script
+from harness.build.log import climbing_paths, compiled_levels, compiled_target, outside_reads
 from harness.build.result import (
     BUILD_FORMAT,
     IGNORED,
@@ -13,8 +15,6 @@ from harness.build.result import (
     cache_key,
     compiler_identity,
 )
-from harness.build.derived import DERIVED_SUITE_MANIFEST, derived_suite_script
-from harness.build.log import climbing_paths, compiled_levels, compiled_target, outside_reads
 
 __all__ = [
     "BUILD_FORMAT",

@@ -8,29 +8,24 @@ cached by content: sources, target, build torch, python and compiler.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import os
-import re
 import shutil
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from importlib import resources
 from pathlib import Path
-from typing import Any
 
+from harness.build import derived
+from harness.build.derived import DERIVED_SUITE_MANIFEST, Confine
+from harness.build.log import KILLED_MARKERS, compiled_target, first_error_line, needs_nvcc, outside_reads
+from harness.build.result import IGNORED, ROOT_IGNORED, BuildResult, cache_key, compiler_identity
 from harness.core import commands
 from harness.core.errors import BadInputError, CommandError
 from harness.core.files import content_digest, file_digest, write_atomic, write_json
-from harness.build.derived import DERIVED_SUITE_FORMAT, DERIVED_SUITE_MANIFEST, Confine
-from harness.build.log import KILLED_MARKERS, compiled_target, first_error_line, needs_nvcc, outside_reads
 from harness.core.versions import ApiLevel
-from harness.build import derived
-from harness.build.result import BUILD_FORMAT, IGNORED, ROOT_IGNORED, BuildResult, cache_key, compiler_identity
-from harness.plan import BUILD_OUTPUTS, Build
+from harness.plan import Build
 from harness.provision import toolchain
 from harness.provision.envs import Env
 from harness.provision.existing import environ as existing_environ

@@ -58,6 +58,7 @@ def write_manifest(wheel: Path, out: Path, envs: Sequence[Env], confine: Confine
     found["build_torch"] = envs[0].torch_version
     write_json(manifest, {"modules": modules, "reference": found})
 
+
 def reference(env: Env, out: Path, confine: Confine) -> dict[str, Any]:
     """What each module registers on env's torch (the derived suite run as a script), or why that failed."""
     reference = out / "reference.json"

@@ -18,7 +18,7 @@ from harness.core.errors import ConfigError, InfrastructureError, ResolutionErro
 from harness.core.status import Condition, Status
 from harness.provision.published import resolve
 from harness.provision.sources import ResolvedSources
-from harness.published import torch_requirement
+from harness.published import torch_requirement, with_published
 from harness.results.cases import CaseCounts, ModuleLoad, PublishedBuild, module_loads
 from harness.results.census import census
 from harness.results.model import CellResult, RunResult
@@ -332,3 +332,18 @@ def test_the_census_says_per_package_which_modules_are_proven_where() -> None:
     assert "❌ missing libcudart.so.13" in table[5]
     assert RunResult.from_json(run.to_json()).published == (published,)
     assert dataclasses.replace(run, published=()).to_json()["published"] == []
+
+
+def test_a_release_no_source_serves_is_refused_with_the_resolvers_reason(tmp_path: Path) -> None:
+    empty = tmp_path / "index"
+    empty.mkdir()
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        f'schema_version: 1\npython: "3.11"\nsources: {{inherit_pip_config: false, index_url: {empty.as_uri()!r}}}\n'
+        'runtimes:\n  - torch: [2.11.0]\n  - {torch: 2.12.1, python: "3.10"}\nbuilds:\n  - wheel: "torchaox==0.18.0"\n'
+    )
+    with pytest.raises(ResolutionError) as caught:
+        with_published(load_matrix(path), tmp_path / "cache")
+    said = str(caught.value)
+    assert said.startswith(f"{path}: line 8: builds[0]: 'torchaox==0.18.0': no configured package source lists")
+    assert said.count("no configured package source") == 1  # said once, not once per runtime Python
