@@ -9,7 +9,7 @@ from pathlib import Path
 
 import nox
 
-MANIFEST = Path(__file__).parent / "harness" / "data" / "stable_manifest.json"
+MANIFEST = Path(__file__).parent / "torch_abi_harness" / "data" / "stable_manifest.json"
 
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.sessions = ["lint", "unit"]
@@ -18,9 +18,9 @@ nox.options.error_on_missing_interpreters = True
 
 @nox.session(default=False)
 def matrix(session: nox.Session) -> None:
-    """Build, run and report matrix.yaml. Arguments go to `python -m harness run` (e.g. -- -k r2.10)."""
+    """Build, run and report matrix.yaml. Arguments go to `python -m torch_abi_harness run` (e.g. -- -k r2.10)."""
     session.install("-e", ".")
-    session.run("python", "-m", "harness", "run", *session.posargs)
+    session.run("python", "-m", "torch_abi_harness", "run", *session.posargs)
 
 
 @nox.session(default=False)
@@ -31,17 +31,20 @@ def census(session: nox.Session) -> None:
     compares). Reports in reports/census/."""
     session.install("-e", ".")
     keep = "--check" if "--check" in session.posargs else "--update"
-    session.run("python", "-m", "harness", "run", "--matrix", "census.yaml", "--reports-dir", "reports/census")
+    session.run(
+        "python", "-m", "torch_abi_harness", "run", "--matrix", "census.yaml", "--reports-dir", "reports/census"
+    )
     page = "docs/results/census.md"
-    session.run("python", "-m", "harness", "census", "reports/census/latest", "--verify", keep, page)
+    session.run("python", "-m", "torch_abi_harness", "census", "reports/census/latest", "--verify", keep, page)
 
 
 @nox.session(default=False)
 def mutate(session: nox.Session) -> None:
     """Detection power: the shim-mutant catalogue against the default stable builds on the newest runtime.
-    Arguments go to `python -m harness mutate` (e.g. -- --matrix examples/matrix.yaml, -- --mutant 'meta.*')."""
+    Arguments go to `python -m torch_abi_harness mutate`
+    (e.g. -- --matrix examples/matrix.yaml, -- --mutant 'meta.*')."""
     session.install("-e", ".")
-    session.run("python", "-m", "harness", "mutate", *session.posargs)
+    session.run("python", "-m", "torch_abi_harness", "mutate", *session.posargs)
 
 
 @nox.session(default=False)
@@ -51,21 +54,21 @@ def gate_replay(session: nox.Session) -> None:
     the table in reports/replay.md. More -k selectors widen it (`-- -k stable_basic`: every sample build)."""
     session.install("-e", ".")
     selection = ["-k", "header_probe", "-k", "stable_basic@b2.9.1"]
-    session.run("python", "-m", "harness", "gate", "--replay", *selection, *session.posargs)
+    session.run("python", "-m", "torch_abi_harness", "gate", "--replay", *selection, *session.posargs)
 
 
 @nox.session(default=False)
 def harness(session: nox.Session) -> None:
     """Any harness command: `nox -s harness -- abi-diff 2.15 candidate.whl`, `-- check wheel.whl`..."""
     session.install("-e", ".")
-    session.run("python", "-m", "harness", *(session.posargs or ["--help"]))
+    session.run("python", "-m", "torch_abi_harness", *(session.posargs or ["--help"]))
 
 
 @nox.session(default=False)
 def base_image(session: nox.Session) -> None:
     """Make the docker backend's base image (debootstrap bookworm + docker import), as root, once."""
     session.install("-e", ".")
-    session.run("python", "-m", "harness", "base-image", *session.posargs)
+    session.run("python", "-m", "torch_abi_harness", "base-image", *session.posargs)
 
 
 @nox.session(default=False)
@@ -124,7 +127,7 @@ def mutation_pass(session: nox.Session) -> None:
 
 
 SHELL_SCRIPTS = [".ci/run", "ci/dockerd.sh", "ci/bootstrap.sh", "ci/gpu-device.sh"]
-PYTHON_TREES = ["harness", "tests", "tools", "benchmarks", "extensions", "examples", "noxfile.py"]
+PYTHON_TREES = ["torch_abi_harness", "tests", "tools", "benchmarks", "extensions", "examples", "noxfile.py"]
 
 
 @nox.session
@@ -167,9 +170,9 @@ def bench_docker(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def manifest(session: nox.Session) -> None:
-    """Regenerate harness/data/stable_manifest.json and stable_visibility.json from the torch wheels (-- 2.16.0 adds
-    a release), torch_testing_names.json (tools/gen_testing_names.py), then harness/data/op_schemas.json from each
-    release's torch (tools/gen_op_schemas.py).
+    """Regenerate torch_abi_harness/data/stable_manifest.json and stable_visibility.json from the torch wheels
+    (-- 2.16.0 adds a release), torch_testing_names.json (tools/gen_testing_names.py), then
+    torch_abi_harness/data/op_schemas.json from each release's torch (tools/gen_op_schemas.py).
 
     The wheels are the CUDA builds from the default index (pip --isolated: no local +cpu wheel),
     so CUDA-only shims are seen exported too. They are kept in nox's cache between runs.

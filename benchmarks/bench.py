@@ -23,14 +23,14 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from harness.build import Builder
-from harness.config import Matrix
-from harness.config.matrix import load_matrix
-from harness.execute import sandbox
-from harness.pipeline import env_spec
-from harness.plan import Plan, make_plan
-from harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
-from harness.provision.sources import ResolvedSources, resolve_sources, uv_binary
+from torch_abi_harness.builds import Builder
+from torch_abi_harness.config import Matrix
+from torch_abi_harness.config.matrix import load_matrix
+from torch_abi_harness.execute import sandbox
+from torch_abi_harness.plan import Plan, make_plan
+from torch_abi_harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
+from torch_abi_harness.provision.sources import ResolvedSources, resolve_sources, uv_binary
+from torch_abi_harness.run.pipeline import env_spec
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -65,7 +65,7 @@ def run_matrix(matrix: Path, *more: str) -> tuple[float, list[dict]]:  # type: i
     """The matrix as a user runs it; its wall time and its cells."""
     with tempfile.TemporaryDirectory(prefix="bench-reports-") as tmp:
         started = time.monotonic()
-        argv = [sys.executable, "-m", "harness", "run", "--matrix", str(matrix), "--reports-dir", tmp, *more]
+        argv = [sys.executable, "-m", "torch_abi_harness", "run", "--matrix", str(matrix), "--reports-dir", tmp, *more]
         proc = subprocess.run(argv, capture_output=True, text=True)
         wall = time.monotonic() - started
         if proc.returncode != 0:

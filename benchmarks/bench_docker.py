@@ -18,12 +18,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.config.matrix import load_matrix
-from harness.core.versions import parse_release
-from harness.execute.container.engine import connect
-from harness.execute.container.images import ensure_baked, ensure_base
-from harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
-from harness.provision.sources import resolve_sources
+from torch_abi_harness.config.matrix import load_matrix
+from torch_abi_harness.core.versions import parse_release
+from torch_abi_harness.execute.container.engine import connect
+from torch_abi_harness.execute.container.images import ensure_baked, ensure_base
+from torch_abi_harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
+from torch_abi_harness.provision.sources import resolve_sources
 
 REPO = Path(__file__).resolve().parents[1]
 HARDENED = {
@@ -39,7 +39,7 @@ HARDENED = {
 
 def run_matrix(backend: str, matrix: Path, selectors: list[str]) -> tuple[float, list[dict[str, Any]]]:
     with tempfile.TemporaryDirectory(prefix=f"bench-{backend}-") as tmp:
-        argv = [sys.executable, "-m", "harness", "run", "--matrix", str(matrix), "--backend", backend]
+        argv = [sys.executable, "-m", "torch_abi_harness", "run", "--matrix", str(matrix), "--backend", backend]
         argv += ["--reports-dir", tmp, *(a for s in selectors for a in ("-k", s))]
         started = time.monotonic()
         proc = subprocess.run(argv, capture_output=True, text=True)

@@ -1,6 +1,6 @@
 """report.html at scale: a synthetic results.json of N cells, rendered, then opened in Debian's Chromium.
 
-Prints per size: the time to write report.html (`python -m harness report`), its size, and in the
+Prints per size: the time to write report.html (`python -m torch_abi_harness report`), its size, and in the
 browser (Playwright, the system's Chromium, a file:// URL) the milliseconds from navigation to the
 end of the page's script (the grid is interactive then), the first click on a cell until its details
 show (this parses the details' JSON), and a verdict filter over every row.
@@ -42,7 +42,9 @@ def main() -> None:
             folder.mkdir()
             (folder / "results.json").write_text(json.dumps(synthetic_run(count).to_json()))
             started = time.monotonic()
-            subprocess.run([sys.executable, "-m", "harness", "report", str(folder)], check=True, capture_output=True)
+            subprocess.run(
+                [sys.executable, "-m", "torch_abi_harness", "report", str(folder)], check=True, capture_output=True
+            )
             written = time.monotonic() - started
             page = browser.new_page(viewport={"width": 1400, "height": 900})
             ready = []

@@ -21,10 +21,10 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from harness.config import DEFAULT_PYTHON, Sources
-from harness.provision.envs import Env, EnvManager, EnvSpec, default_cache_dir
-from harness.provision.sources import resolve_sources
-from harness.provision.testdeps import OverlayManager
+from torch_abi_harness.config import DEFAULT_PYTHON, Sources
+from torch_abi_harness.provision.envs import Env, EnvManager, EnvSpec, default_cache_dir
+from torch_abi_harness.provision.sources import resolve_sources
+from torch_abi_harness.provision.testdeps import OverlayManager
 
 PROBE = """
 import importlib, sys

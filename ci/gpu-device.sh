@@ -77,7 +77,7 @@ export HARNESS_CACHE_DIR="$WORK/cache"
 
 rc=0
 timeout --signal=INT --kill-after=30 "$HARNESS_TIMEOUT" \
-  "$HARNESS_PYTHON" -m harness run --matrix ci/matrix-gpu-device.yaml --use-env "$ENV_PYTHON" --require-gpu \
+  "$HARNESS_PYTHON" -m torch_abi_harness run --matrix ci/matrix-gpu-device.yaml --use-env "$ENV_PYTHON" --require-gpu \
   --reports-dir "$WORK/reports" 2>&1 | tee "$OUT/run.log" || rc=${PIPESTATUS[0]}
 
 latest="$WORK/reports/latest"

@@ -18,7 +18,7 @@ def harness(
     *args: str | Path, cwd: Path, timeout: float = 3000, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "harness", *map(str, args)],
+        [sys.executable, "-m", "torch_abi_harness", *map(str, args)],
         cwd=cwd,
         env=env,
         text=True,
@@ -36,7 +36,7 @@ def start_harness(
     session=True makes it the leader of its own process group, as a terminal's job is, so a test
     can send a signal to the whole group the way Ctrl-C does."""
     return subprocess.Popen(
-        [sys.executable, "-m", "harness", *map(str, args)],
+        [sys.executable, "-m", "torch_abi_harness", *map(str, args)],
         cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -194,7 +194,7 @@ def harness_in_mount_namespace(
     unshare = ["unshare", "--mount"] if os.geteuid() == 0 else ["unshare", "--user", "--map-root-user", "--mount"]
     script = f'{setup} || exit 99; "$@"; rc=$?; echo "harness exit $rc"; {after or ":"}; exit $rc'
     return subprocess.run(
-        [*unshare, "sh", "-c", script, "sh", sys.executable, "-m", "harness", *map(str, args)],
+        [*unshare, "sh", "-c", script, "sh", sys.executable, "-m", "torch_abi_harness", *map(str, args)],
         cwd=cwd,
         env=env,
         text=True,
@@ -249,7 +249,7 @@ class Workspace:
         return ["run", "--matrix", self.matrix, "--cache-dir", self.cache, "--reports-dir", self.reports, *more]
 
     def run(self, *more: str | Path, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
-        """`python -m harness run` on this workspace, to completion."""
+        """`python -m torch_abi_harness run` on this workspace, to completion."""
         return harness(*self.args(*more), cwd=self.root, timeout=timeout, env=self.env)
 
     def start(self, *more: str | Path, session: bool = True) -> subprocess.Popen[str]:

@@ -8,15 +8,15 @@ one broken cell in 97, one error in 89 and one known break in 113, so every verd
 import datetime
 import itertools
 
-from harness.config import KnownBreak
-from harness.core.status import Condition, Status
-from harness.plan import PlanIdentity
-from harness.results.cases import CaseCounts, DocDifference
-from harness.results.model import CellResult, RunResult
-from harness.results.prediction import CellPrediction, PredictedMissing
-from harness.static.predict import Predicted
-from harness.static.symbols import SymbolKind
-from harness.verdict import Expected, Verdict
+from torch_abi_harness.config import KnownBreak
+from torch_abi_harness.core.status import Condition, Status
+from torch_abi_harness.plan import PlanIdentity
+from torch_abi_harness.results.cases import CaseCounts, DocDifference
+from torch_abi_harness.results.model import CellResult, RunResult
+from torch_abi_harness.results.prediction import CellPrediction, PredictedMissing
+from torch_abi_harness.static.predict import Predicted
+from torch_abi_harness.static.symbols import SymbolKind
+from torch_abi_harness.verdict import Expected, Verdict
 
 RELEASES = ["2.9.1", "2.10.0", "2.11.0", "2.12.1", "2.13.0", "2.14.1", "2.15.0"]
 PYTHONS = ["3.10", "3.11", "3.12"]

@@ -14,7 +14,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from harness.config.extension import load_extension
+from torch_abi_harness.config.extension import load_extension
 
 # What the seed documents ask a runtime to honour; an item no test covers is shown as a gap.
 CHECKLIST: dict[str, list[str]] = {

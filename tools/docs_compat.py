@@ -6,7 +6,7 @@ prediction's op calls, which name the machine's files), into docs/data/compat.js
 between its markers is written from that file by the harness's own `compat --update` (tests/unit/test_docs.py
 runs `compat --check` on it and fails when the committed page is stale).
 
-    python -m harness run -k stable_basic -k classic_ops -j 2          # the run
+    python -m torch_abi_harness run -k stable_basic -k classic_ops -j 2          # the run
     python tools/docs_compat.py reports/latest/results.json            # copy, trim, update the page
     python tools/docs_compat.py                                        # the page again from docs/data
 """
@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.cli import main as harness
+from torch_abi_harness.cli import main as harness
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "docs" / "data" / "compat.json"

@@ -6,9 +6,9 @@ copied, trimmed to what the page shows, into docs/data/mutation.json with the co
 the page is rendered from that file alone (tests/unit/test_docs.py renders it again and fails when the
 committed page is stale).
 
-    python -m harness mutate -k 'stable_basic@b2.15.0-t2.14~' -j 2          # the run (.ci/run's gate)
+    python -m torch_abi_harness mutate -k 'stable_basic@b2.15.0-t2.14~' -j 2          # the run (.ci/run's gate)
     python tools/docs_mutation.py reports/latest/mutation.json \\
-        --command "python -m harness mutate -k 'stable_basic@b2.15.0-t2.14~' -j 2"
+        --command "python -m torch_abi_harness mutate -k 'stable_basic@b2.15.0-t2.14~' -j 2"
     python tools/docs_mutation.py                                          # the page again from docs/data
 """
 

@@ -1,4 +1,4 @@
-"""Regenerate harness/data/limited_api.json: the first CPython minor whose limited API holds each symbol.
+"""Regenerate torch_abi_harness/data/limited_api.json: the first CPython minor whose limited API holds each symbol.
 
 The source is real interpreters, not a copied list: for each CPython 3.X given (its `python3.X` executable),
 the preprocessor reads its own `Python.h` with `-DPy_LIMITED_API=0x030X0000` and every `PyAPI_FUNC` /
@@ -22,7 +22,7 @@ from typing import Any
 
 from elftools.elf.elffile import ELFFile
 
-DATA = Path(__file__).resolve().parents[1] / "harness" / "data"
+DATA = Path(__file__).resolve().parents[1] / "torch_abi_harness" / "data"
 OLDEST_LEVEL = (3, 2)  # PEP 384: the limited API starts with CPython 3.2
 FUNC, DATA_MARK = "__harness_limited_func", "__harness_limited_data"
 DECLARED_FUNC = re.compile(rf"{FUNC}\b[^;{{}}]*?\b([A-Za-z_]\w*)\s*\(")

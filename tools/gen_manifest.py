@@ -1,4 +1,5 @@
-"""Regenerate harness/data/stable_manifest.json from torch wheels, one per release (`nox -s manifest` runs it):
+"""Regenerate torch_abi_harness/data/stable_manifest.json from torch wheels, one per release (`nox -s manifest`
+runs it):
 every stable C shim each release's headers declare and its libraries export, with the release that added it."""
 
 from __future__ import annotations
@@ -9,9 +10,9 @@ import logging
 import sys
 from pathlib import Path
 
-from harness.static.manifest import build_manifest, scan_wheel
+from torch_abi_harness.static.manifest import build_manifest, scan_wheel
 
-DATA = Path(__file__).resolve().parents[1] / "harness" / "data"
+DATA = Path(__file__).resolve().parents[1] / "torch_abi_harness" / "data"
 log = logging.getLogger(__name__)
 
 

@@ -1,5 +1,6 @@
-"""Regenerate harness/data/op_schemas.json (`nox -s manifest` runs it): every op schema the dispatcher holds after
-`import torch`, for each release of the stable manifest, read from that release's cached environment."""
+"""Regenerate torch_abi_harness/data/op_schemas.json (`nox -s manifest` runs it): every op schema the
+dispatcher holds after `import torch`, for each release of the stable manifest, read from that release's
+cached environment."""
 
 from __future__ import annotations
 
@@ -12,14 +13,14 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from harness.config import DEFAULT_PYTHON
-from harness.core.errors import BadInputError
-from harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
-from harness.provision.sources import ResolvedSources
-from harness.static.manifest import packaged_manifest
-from harness.static.op_registry import DATA_FILE, OpSchemas, dump_release
+from torch_abi_harness.config import DEFAULT_PYTHON
+from torch_abi_harness.core.errors import BadInputError
+from torch_abi_harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
+from torch_abi_harness.provision.sources import ResolvedSources
+from torch_abi_harness.static.manifest import packaged_manifest
+from torch_abi_harness.static.op_registry import DATA_FILE, OpSchemas, dump_release
 
-DATA = Path(__file__).resolve().parents[1] / "harness" / "data"
+DATA = Path(__file__).resolve().parents[1] / "torch_abi_harness" / "data"
 log = logging.getLogger(__name__)
 
 

@@ -1,4 +1,4 @@
-"""Regenerate harness/data/torch_testing_names.json: the first torch release whose torch.testing modules
+"""Regenerate torch_abi_harness/data/torch_testing_names.json: the first torch release whose torch.testing modules
 define each name that the oldest release given lacks.
 
 A suite written against a newer torch imports a helper (`from torch.testing._internal.common_utils import
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-DATA = Path(__file__).resolve().parents[1] / "harness" / "data"
+DATA = Path(__file__).resolve().parents[1] / "torch_abi_harness" / "data"
 FORMAT = 1
 VERSION_LINE = re.compile(r"^__version__\s*=\s*'([^']+)'", re.M)
 

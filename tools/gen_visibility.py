@@ -1,5 +1,5 @@
-"""Regenerate harness/data/stable_visibility.json (`nox -s manifest` runs it): what a build at each target sees of
-each release's stable headers, by the preprocessor."""
+"""Regenerate torch_abi_harness/data/stable_visibility.json (`nox -s manifest` runs it): what a build at each
+target sees of each release's stable headers, by the preprocessor."""
 
 from __future__ import annotations
 
@@ -12,10 +12,16 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from harness.core.versions import ApiLevel
-from harness.static.visibility import OLDEST_TARGET, build_visibility, find_cuda_include, scan_include, sources_of
+from torch_abi_harness.core.versions import ApiLevel
+from torch_abi_harness.static.visibility import (
+    OLDEST_TARGET,
+    build_visibility,
+    find_cuda_include,
+    scan_include,
+    sources_of,
+)
 
-DATA = Path(__file__).resolve().parents[1] / "harness" / "data"
+DATA = Path(__file__).resolve().parents[1] / "torch_abi_harness" / "data"
 log = logging.getLogger(__name__)
 
 

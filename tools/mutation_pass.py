@@ -39,13 +39,16 @@ class Target:
 
 
 TARGETS = {
-    "gate": Target("harness/results/gate.py", ("tests/unit/test_gate.py",)),
+    "gate": Target("torch_abi_harness/gate/decide.py", ("tests/unit/test_gate.py",)),
     "verdict": Target(
-        "harness/verdict.py",
+        "torch_abi_harness/verdict.py",
         ("tests/unit/test_plan_and_verdict.py", "tests/unit/test_artifact_promise.py", "tests/unit/test_flaky.py"),
     ),
     "url-filter": Target(
-        "harness/render/html.py", ("tests/unit/test_html_report.py",), ("safe_url", "_RUN_PATH", "safe_path"), True
+        "torch_abi_harness/render/html.py",
+        ("tests/unit/test_html_report.py",),
+        ("safe_url", "_RUN_PATH", "safe_path"),
+        True,
     ),
 }
 

@@ -18,8 +18,8 @@ from kit import harness
 from playwright.sync_api import Page
 from synthetic import synthetic_run
 
-from harness.render.text import VERDICT_SYMBOL
-from harness.verdict import Verdict
+from torch_abi_harness.render.text import VERDICT_SYMBOL
+from torch_abi_harness.verdict import Verdict
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL_MATRIX = f"""\
@@ -154,7 +154,9 @@ def test_clicking_a_cell_shows_its_missing_symbol_and_how_to_reproduce_it(page: 
 def test_a_2000_cell_report_is_interactive_in_under_a_second(page: Page, tmp_path: Path) -> None:
     run = synthetic_run(2000)
     (tmp_path / "results.json").write_text(json.dumps(run.to_json()))
-    subprocess.run([sys.executable, "-m", "harness", "report", str(tmp_path)], check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "torch_abi_harness", "report", str(tmp_path)], check=True, capture_output=True
+    )
     # The best of three loads: the page's own cost, not another test's load on a shared machine.
     ready = min(open_report(page, tmp_path) for _ in range(3))
     assert ready < READY_BUDGET_MS, f"ready after {ready:.0f} ms"
@@ -170,7 +172,9 @@ def test_a_2000_cell_report_is_interactive_in_under_a_second(page: Page, tmp_pat
 def test_what_broke_is_above_the_grid_and_each_entry_opens_its_cell(page: Page, tmp_path: Path) -> None:
     run = synthetic_run(300)
     (tmp_path / "results.json").write_text(json.dumps(run.to_json()))
-    subprocess.run([sys.executable, "-m", "harness", "report", str(tmp_path)], check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "torch_abi_harness", "report", str(tmp_path)], check=True, capture_output=True
+    )
     open_report(page, tmp_path)
     broke, grid = page.locator("#broke"), page.locator("#grid")
     above, below = broke.bounding_box(), grid.bounding_box()

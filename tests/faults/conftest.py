@@ -28,10 +28,10 @@ import pytest
 from kit import Workspace
 from packaging.version import Version
 
-from harness.config import DEFAULT_PYTHON, Sources
-from harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
-from harness.provision.locks import locked
-from harness.provision.sources import resolve_sources
+from torch_abi_harness.config import DEFAULT_PYTHON, Sources
+from torch_abi_harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
+from torch_abi_harness.provision.locks import locked
+from torch_abi_harness.provision.sources import resolve_sources
 
 HERE = Path(__file__).parent
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import pytest
 from kit import harness, observed
 
-from harness.provision import integrity
+from torch_abi_harness.provision import integrity
 
 if TYPE_CHECKING:
     from kit import Workspace

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from kit import forkservers, processes_mentioning, start_harness
 
-from harness.execute.forkserver import ANSWER_SECONDS
+from torch_abi_harness.execute.forkserver import ANSWER_SECONDS
 
 SLOW = """
 import time

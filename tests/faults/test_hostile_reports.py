@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from kit import Workspace, harness
 
-from harness.provision.envs import default_cache_dir
+from torch_abi_harness.provision.envs import default_cache_dir
 
 SECRET = "hunter2-M8-do-not-leak"
 HOSTILE = "<script>alert(1)</script> <img src=x onerror=alert(2)> \x1b[31mred\x1b[0m [x](javascript:alert(3))"

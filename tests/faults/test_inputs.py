@@ -85,7 +85,7 @@ def _bounded(workspace, *args: str) -> tuple[subprocess.CompletedProcess[str], f
     """The CLI with at most 1 GiB of address space and 60 s: a fan-out that allocated per shard fails either."""
     started = time.monotonic()
     result = subprocess.run(
-        [sys.executable, "-m", "harness", *args],
+        [sys.executable, "-m", "torch_abi_harness", *args],
         cwd=workspace.root,
         env=workspace.env,
         text=True,

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from kit import processes_mentioning, start_harness
 
-from harness.mutate.catalogue import load_catalogue
+from torch_abi_harness.mutate.catalogue import load_catalogue
 
 SLEEPS = """
 import time

@@ -15,7 +15,7 @@ import time
 import pytest
 from kit import observed, processes_mentioning
 
-from harness.provision import integrity
+from torch_abi_harness.provision import integrity
 
 HOSTILE = """
 import errno

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from kit import harness, observed
 
-import harness as harness_package
+import torch_abi_harness as harness_package
 
 # Each test tries one write for real and passes whatever happens (a vandal that hides in a green run);
 # what each write did is kept in its cell's own directory, the one place it may write.

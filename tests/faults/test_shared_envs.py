@@ -13,7 +13,7 @@ from pathlib import Path
 
 from kit import latest_results, observed
 
-from harness.provision import integrity
+from torch_abi_harness.provision import integrity
 
 HOLDS = """
 import pathlib

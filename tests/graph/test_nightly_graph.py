@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from graph_runner import JobRecord, Runner, UnsupportedWorkflow, loop_disk
 
-from harness.provision.envs import default_cache_dir
+from torch_abi_harness.provision.envs import default_cache_dir
 
 REPO = Path(__file__).resolve().parents[2]
 WORKFLOW = REPO / "ci" / "nightly.yml"
@@ -113,7 +113,7 @@ def print_figures(records: list[JobRecord]) -> None:
 
 
 def harness(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=REPO, capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "torch_abi_harness", *args], cwd=REPO, capture_output=True, text=True)
 
 
 def test_the_nightly_graph_merges_into_what_one_machine_reports(graph: Runner, graph_root: Path) -> None:

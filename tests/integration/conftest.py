@@ -17,11 +17,11 @@ import pytest
 from kit import EXAMPLES
 from packaging.version import Version
 
-from harness.build import IGNORED
-from harness.config import DEFAULT_PYTHON, Sources
-from harness.core.versions import ApiLevel
-from harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
-from harness.provision.sources import resolve_sources, uv_binary
+from torch_abi_harness.builds import IGNORED
+from torch_abi_harness.config import DEFAULT_PYTHON, Sources
+from torch_abi_harness.core.versions import ApiLevel
+from torch_abi_harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
+from torch_abi_harness.provision.sources import resolve_sources, uv_binary
 
 HERE = Path(__file__).parent
 

@@ -14,14 +14,14 @@ import jsonschema
 import pytest
 from packaging.version import Version
 
-from harness.cli import main
-from harness.config import DEFAULT_PYTHON, Sources
-from harness.core.schema import load_schema
-from harness.execute.plain_load import PROGRAM as LOAD_EACH  # import torch; ctypes.CDLL(each path)
-from harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
-from harness.provision.sources import resolve_sources
-from harness.static.check import check_artifact
-from harness.static.predict import Predicted
+from torch_abi_harness.cli import main
+from torch_abi_harness.config import DEFAULT_PYTHON, Sources
+from torch_abi_harness.core.schema import load_schema
+from torch_abi_harness.execute.plain_load import PROGRAM as LOAD_EACH  # import torch; ctypes.CDLL(each path)
+from torch_abi_harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
+from torch_abi_harness.provision.sources import resolve_sources
+from torch_abi_harness.static.check import check_artifact
+from torch_abi_harness.static.predict import Predicted
 
 TORCHAO = "torchao-0.18.0-cp310-abi3-manylinux_2_24_x86_64.manylinux_2_28_x86_64.whl"
 CUTLASS = "torchao/_C_cutlass_90a.abi3.so"

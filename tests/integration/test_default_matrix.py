@@ -4,8 +4,8 @@ from pathlib import Path
 
 from kit import cells_by_id, harness, latest_results
 
-from harness.config.matrix import load_matrix
-from harness.plan import make_plan
+from torch_abi_harness.config.matrix import load_matrix
+from torch_abi_harness.plan import make_plan
 
 # What the no-target 2.15 build lacks on each older runtime, as the loader names it.
 NEGATIVE_CONTROL_SYMBOL = {

@@ -272,7 +272,7 @@ def test_a_baked_image_and_a_named_image_give_the_same_status(
 def test_no_engine_is_a_clear_infrastructure_error(workspace: Path, tmp_path: Path) -> None:
     env = {"DOCKER_HOST": f"unix://{tmp_path}/nothing.sock"}
     proc = subprocess.run(
-        [sys.executable, "-m", "harness", "run", "--backend", "docker", "--reports-dir", str(tmp_path)],
+        [sys.executable, "-m", "torch_abi_harness", "run", "--backend", "docker", "--reports-dir", str(tmp_path)],
         cwd=workspace,
         text=True,
         stdout=subprocess.PIPE,

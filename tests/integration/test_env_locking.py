@@ -6,9 +6,9 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from harness.config import Sources
-from harness.provision.envs import Env, EnvManager, EnvSpec
-from harness.provision.sources import resolve_sources
+from torch_abi_harness.config import Sources
+from torch_abi_harness.provision.envs import Env, EnvManager, EnvSpec
+from torch_abi_harness.provision.sources import resolve_sources
 
 
 def test_concurrent_requests_make_one_env(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from kit import EXAMPLES, cells_by_id, harness, latest_results
 
-from harness.build import IGNORED
+from torch_abi_harness.builds import IGNORED
 
 
 def test_the_example_matrix_builds_one_extension_and_runs_the_prebuilt_one(

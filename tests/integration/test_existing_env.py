@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from kit import cells_by_id, harness, latest_results
 
-from harness.config import Sources
-from harness.provision.sources import resolve_sources, uv_binary
+from torch_abi_harness.config import Sources
+from torch_abi_harness.provision.sources import resolve_sources, uv_binary
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -13,10 +13,10 @@ from pathlib import Path
 from kit import harness
 from packaging.version import Version
 
-from harness.config import DEFAULT_PYTHON
-from harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
-from harness.provision.sources import ResolvedSources
-from harness.static.op_registry import OpSchemas, diff_releases, packaged_op_schemas, with_release
+from torch_abi_harness.config import DEFAULT_PYTHON
+from torch_abi_harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
+from torch_abi_harness.provision.sources import ResolvedSources
+from torch_abi_harness.static.op_registry import OpSchemas, diff_releases, packaged_op_schemas, with_release
 
 REPO = Path(__file__).resolve().parents[2]
 DTYPES = {"aoti_torch_dtype_float8_e8m0fnu", "aoti_torch_dtype_float4_e2m1fn_x2"}

@@ -54,7 +54,7 @@ def test_an_ineffective_guard_is_a_real_broken_promise(tmp_path: Path) -> None:
     assert (new["status"], new["verdict"]) == ("PASS", "kept")
 
     audit = subprocess.run(
-        [sys.executable, "-m", "harness", "audit-guards", "2.12.1", "--json"],
+        [sys.executable, "-m", "torch_abi_harness", "audit-guards", "2.12.1", "--json"],
         capture_output=True,
         text=True,
         check=False,

@@ -65,7 +65,7 @@ def test_audit_guards_claim_is_a_real_broken_promise(tmp_path: Path) -> None:
     assert (new["status"], new["verdict"]) == ("PASS", "kept")
 
     audit = subprocess.run(
-        [sys.executable, "-m", "harness", "audit-guards", "2.15.0", "--json"],
+        [sys.executable, "-m", "torch_abi_harness", "audit-guards", "2.15.0", "--json"],
         capture_output=True,
         text=True,
         check=False,

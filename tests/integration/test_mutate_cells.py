@@ -1,4 +1,4 @@
-"""`python -m harness mutate` for real: a few shim mutants on one stable_basic build on torch 2.15.0.
+"""`python -m torch_abi_harness mutate` for real: a few shim mutants on one stable_basic build on torch 2.15.0.
 
 The baseline passes; the sentinel is killed (interposition happens); a mutant the suite sees is killed; a
 mutant that only forwards survives (no false kills: the preload alone changes nothing); a mutant of a
@@ -16,8 +16,8 @@ import pytest
 import yaml
 from kit import EXAMPLES, harness
 
-from harness.build import IGNORED
-from harness.mutate.catalogue import load_catalogue
+from torch_abi_harness.builds import IGNORED
+from torch_abi_harness.mutate.catalogue import load_catalogue
 
 MATRIX = Path(__file__).parents[2] / "matrix.yaml"
 CELL = "stable_basic@b2.15.0-t2.14~r2.15.0-cpu"

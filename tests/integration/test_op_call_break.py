@@ -13,7 +13,7 @@ from pathlib import Path
 
 from kit import cells_by_id, harness, latest_results, make_extension
 
-from harness.provision.envs import default_cache_dir
+from torch_abi_harness.provision.envs import default_cache_dir
 
 CPP = """\
 #include <torch/csrc/stable/library.h>
@@ -70,7 +70,7 @@ def test_a_removed_op_fails_the_call_as_check_predicted(tmp_path: Path) -> None:
         (default_cache_dir() / "builds").glob("opcall@b2.13.0-t2.10-*/dist/*.whl"), key=lambda p: p.stat().st_mtime
     )
     check = subprocess.run(
-        [sys.executable, "-m", "harness", "check", str(wheel), "--built-with", "2.13.0", "--json"],
+        [sys.executable, "-m", "torch_abi_harness", "check", str(wheel), "--built-with", "2.13.0", "--json"],
         capture_output=True,
         text=True,
         check=False,

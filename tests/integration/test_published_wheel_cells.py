@@ -16,9 +16,9 @@ from pathlib import Path
 from kit import cells_by_id, harness, latest_results
 from packaging.version import Version
 
-from harness.config import DEFAULT_PYTHON, Sources
-from harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
-from harness.provision.sources import resolve_sources
+from torch_abi_harness.config import DEFAULT_PYTHON, Sources
+from torch_abi_harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
+from torch_abi_harness.provision.sources import resolve_sources
 
 CORE = """\
 #include <stdint.h>

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from kit import cells_by_id, harness, latest_results
 
-from harness.provision import interpreters
+from torch_abi_harness.provision import interpreters
 
 REPO = Path(__file__).resolve().parents[2]
 BUILDS = """\

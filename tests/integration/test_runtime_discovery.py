@@ -8,12 +8,16 @@ from pathlib import Path
 
 import jsonschema
 
-from harness.core.schema import load_schema
+from torch_abi_harness.core.schema import load_schema
 
 
 def runtimes(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "harness", "runtimes", *args], cwd=repo, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "torch_abi_harness", "runtimes", *args],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 

@@ -10,11 +10,11 @@ import pytest
 from kit import EXAMPLES, cells_by_id, harness, latest_results
 from packaging.version import Version
 
-from harness.build import IGNORED
-from harness.config import DEFAULT_PYTHON, Sources
-from harness.core.text import md_text
-from harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
-from harness.provision.sources import resolve_sources
+from torch_abi_harness.builds import IGNORED
+from torch_abi_harness.config import DEFAULT_PYTHON, Sources
+from torch_abi_harness.core.text import md_text
+from torch_abi_harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
+from torch_abi_harness.provision.sources import resolve_sources
 
 RUNTIMES = ("2.10.0", "2.13.0", "2.15.0")
 TESTS = {"passed": 9, "failed": 0, "skipped": 0, "errors": 0}  # 4 + 2 + 2 device-type + 1 hypothesis

@@ -6,9 +6,9 @@ A guard makes such a call fail loudly instead of silently taking minutes.
 
 import pytest
 
-from harness.build import Builder
-from harness.provision.envs import EnvManager
-from harness.provision.testdeps import OverlayManager
+from torch_abi_harness.builds import Builder
+from torch_abi_harness.provision.envs import EnvManager
+from torch_abi_harness.provision.testdeps import OverlayManager
 
 
 def _forbidden(*args: object, **kwargs: object) -> None:

@@ -11,21 +11,21 @@ import jsonschema
 import pytest
 from packaging.utils import parse_wheel_filename
 
-from harness.cli import main
-from harness.config import CudaPolicy
-from harness.config.matrix import load_matrix
-from harness.core.schema import load_schema
-from harness.core.status import Condition, Status
-from harness.plan import Cell, PlanIdentity, make_plan
-from harness.render.text import expected_failure_classes, summary_markdown
-from harness.results.model import CellResult, RunResult
-from harness.static.artifact import ArtifactFacts, RuntimeFacts, cuda_major, python_problem, unmet, wheel_tags
-from harness.static.manifest import Manifest
-from harness.static.predict import ArtifactImports, Predicted, findings, predict
-from harness.static.symbols import SharedObject
-from harness.verdict import Expected, Verdict, promise
+from torch_abi_harness.cli import main
+from torch_abi_harness.config import CudaPolicy
+from torch_abi_harness.config.matrix import load_matrix
+from torch_abi_harness.core.schema import load_schema
+from torch_abi_harness.core.status import Condition, Status
+from torch_abi_harness.plan import Cell, PlanIdentity, make_plan
+from torch_abi_harness.render.text import expected_failure_classes, summary_markdown
+from torch_abi_harness.results.model import CellResult, RunResult
+from torch_abi_harness.static.artifact import ArtifactFacts, RuntimeFacts, cuda_major, python_problem, unmet, wheel_tags
+from torch_abi_harness.static.manifest import Manifest
+from torch_abi_harness.static.predict import ArtifactImports, Predicted, findings, predict
+from torch_abi_harness.static.symbols import SharedObject
+from torch_abi_harness.verdict import Expected, Verdict, promise
 
-# DT_NEEDED as read from the wheels the default matrix builds (harness.static.symbols.read_artifact).
+# DT_NEEDED as read from the wheels the default matrix builds (torch_abi_harness.static.symbols.read_artifact).
 CUDA_OPS = ("libc10.so", "libtorch_cpu.so", "libcudart.so.13", "libtorch_cuda.so", "libstdc++.so.6", "libc.so.6")
 STABLE_BASIC = ("libc10.so", "libtorch_cpu.so", "libstdc++.so.6", "libgcc_s.so.1", "libc.so.6")
 # A CUDA 12 extension that also uses cuFFT, whose soname (libcufft.so.11 in CUDA 12) is not the CUDA major.

@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.candidate import candidate_extensions, with_candidate
-from harness.config.matrix import load_matrix
-from harness.core.errors import ConfigError
-from harness.plan import make_plan
-from harness.verdict import Expected, promise
+from torch_abi_harness.config.matrix import load_matrix
+from torch_abi_harness.core.errors import ConfigError
+from torch_abi_harness.gate.candidate import candidate_extensions, with_candidate
+from torch_abi_harness.plan import make_plan
+from torch_abi_harness.verdict import Expected, promise
 
 
 def test_a_released_version_as_the_candidate_of_a_matrix_of_older_releases(repo: Path) -> None:

@@ -7,19 +7,19 @@ from pathlib import Path
 
 import pytest
 
-from harness.build import BuildResult
-from harness.cells import RunOptions, effective_timeout, timeouts_text
-from harness.config.matrix import load_matrix
-from harness.core.status import Condition
-from harness.core.versions import release_of
-from harness.execute.api import PRELOAD_TRACE, CellRequest, RuntimeHandle
-from harness.execute.forkserver import ForkserverBackend
-from harness.plan import Cell, make_plan
-from harness.results.prediction import CellPrediction
-from harness.static.artifact import Unmet
-from harness.static.op_calls import Fit, OpCall, OpFit, Via
-from harness.static.predict import MissingSymbol, Predicted, Prediction
-from harness.static.symbols import SymbolKind
+from torch_abi_harness.builds import BuildResult
+from torch_abi_harness.config.matrix import load_matrix
+from torch_abi_harness.core.status import Condition
+from torch_abi_harness.core.versions import release_of
+from torch_abi_harness.execute.api import PRELOAD_TRACE, CellRequest, RuntimeHandle
+from torch_abi_harness.execute.forkserver import ForkserverBackend
+from torch_abi_harness.plan import Cell, make_plan
+from torch_abi_harness.results.prediction import CellPrediction
+from torch_abi_harness.run.cells import RunOptions, effective_timeout, timeouts_text
+from torch_abi_harness.static.artifact import Unmet
+from torch_abi_harness.static.op_calls import Fit, OpCall, OpFit, Via
+from torch_abi_harness.static.predict import MissingSymbol, Predicted, Prediction
+from torch_abi_harness.static.symbols import SymbolKind
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from harness.config.matrix import load_matrix
+from torch_abi_harness.config.matrix import load_matrix
 
 ROOT = Path(__file__).parents[2]
 

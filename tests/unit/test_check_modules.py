@@ -11,11 +11,11 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from harness.cli import main
-from harness.core.schema import load_schema
-from harness.static.check import CHECK_JSON_VERSION, check_artifact
-from harness.static.limited_api import LimitedApiAudit, abi3_floor, module_python, packaged_limited_api
 from tools.gen_limited_api import visible
+from torch_abi_harness.cli import main
+from torch_abi_harness.core.schema import load_schema
+from torch_abi_harness.static.check import CHECK_JSON_VERSION, check_artifact
+from torch_abi_harness.static.limited_api import LimitedApiAudit, abi3_floor, module_python, packaged_limited_api
 
 # Exported from 2.10.0 (torch_new_list_reserve_size) and from 2.11.0 (torch_dtype_float4_e2m1fn_x2), by the manifest.
 FROM_2_10 = "torch_new_list_reserve_size"

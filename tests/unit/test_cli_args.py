@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import parser
+from torch_abi_harness.cli import parser
 
 
 @pytest.mark.parametrize(
@@ -36,7 +36,7 @@ def test_good_arguments_are_typed(tmp_path: Path) -> None:
 
 
 def test_executor_is_for_the_venv_backend(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from harness.cli import main
+    from torch_abi_harness.cli import main
 
     reports = tmp_path / "reports"
     code = main(["run", "--backend", "docker", "--executor", "fresh", "--reports-dir", str(reports)])

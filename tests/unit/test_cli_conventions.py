@@ -14,10 +14,10 @@ import pytest
 from test_config import write_matrix
 from test_report import BROKEN, ERROR, KEPT, run_of
 
-from harness.cli import invoked_as, main, parser
-from harness.cli.console import ConsoleObserver, annotate, workflow_command
-from harness.core.errors import ConfigError
-from harness.core.schema import load_schema
+from torch_abi_harness.cli import invoked_as, main, parser
+from torch_abi_harness.cli.console import ConsoleObserver, annotate, workflow_command
+from torch_abi_harness.core.errors import ConfigError
+from torch_abi_harness.core.schema import load_schema
 
 REPO = Path(__file__).resolve().parents[2]
 CELL = "stable_basic@b2.9.1~r2.9.1-cpu"
@@ -60,7 +60,10 @@ def test_every_command_names_its_handler_in_its_own_family_module() -> None:
     for name, sub in subcommands().items():
         handler = sub.get_default("handler")
         assert callable(handler), name
-        assert handler.__module__.startswith("harness.cli.") and handler.__name__.startswith("cmd_"), (name, handler)
+        assert handler.__module__.startswith("torch_abi_harness.cli.") and handler.__name__.startswith("cmd_"), (
+            name,
+            handler,
+        )
 
 
 def test_global_options_after_the_command() -> None:
@@ -71,11 +74,14 @@ def test_global_options_after_the_command() -> None:
 
 
 def test_the_program_is_named_as_it_was_invoked() -> None:
-    assert invoked_as("/usr/lib/python3/site-packages/harness/__main__.py") == "python -m harness"
+    assert invoked_as("/usr/lib/python3/site-packages/torch_abi_harness/__main__.py") == "python -m torch_abi_harness"
     assert invoked_as("/opt/venv/bin/torch-abi-harness") == "torch-abi-harness"
     script = Path(sys.executable).parent / "torch-abi-harness"
     assert script.is_file(), "the package's console script is installed beside this interpreter"
-    for argv, prog in (([str(script)], "torch-abi-harness"), ([sys.executable, "-m", "harness"], "python -m harness")):
+    for argv, prog in (
+        ([str(script)], "torch-abi-harness"),
+        ([sys.executable, "-m", "torch_abi_harness"], "python -m torch_abi_harness"),
+    ):
         shown = subprocess.run([*argv, "--help"], capture_output=True, text=True, check=True).stdout
         assert shown.startswith(f"usage: {prog} "), shown[:80]
 
@@ -117,7 +123,7 @@ def test_a_key_given_twice_in_yaml_is_refused_with_both_lines(tmp_path: Path) ->
         builds: []
         """,
     )
-    from harness.config.matrix import load_matrix
+    from torch_abi_harness.config.matrix import load_matrix
 
     with pytest.raises(ConfigError) as info:
         load_matrix(path)

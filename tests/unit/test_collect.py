@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.collect import ProbeRecord, classify, read_junit, read_untrusted
-from harness.core.status import Status
-from harness.execute.api import CellExecution, CellView
+from torch_abi_harness.core.status import Status
+from torch_abi_harness.execute.api import CellExecution, CellView
+from torch_abi_harness.run.collect import ProbeRecord, classify, read_junit, read_untrusted
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 <testsuites><testsuite name="pytest" errors="0" failures="{failures}" skipped="1" tests="4" time="0.5">

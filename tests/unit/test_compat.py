@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from synthetic import synthetic_run
 
-from harness.cli import main
-from harness.core.errors import BadInputError
-from harness.core.status import Status
-from harness.render.report import write_report
-from harness.results.compat import MARK_BEGIN, MARK_END, Claim, claims, document, markdown, splice
-from harness.results.model import CellResult, RunResult
-from harness.verdict import Verdict
+from torch_abi_harness.cli import main
+from torch_abi_harness.core.errors import BadInputError
+from torch_abi_harness.core.status import Status
+from torch_abi_harness.render.report import write_report
+from torch_abi_harness.results.compat import MARK_BEGIN, MARK_END, Claim, claims, document, markdown, splice
+from torch_abi_harness.results.model import CellResult, RunResult
+from torch_abi_harness.verdict import Verdict
 
 BUILD = "ext1@b2.14.1-t2.10"  # target 2.10: passes from 2.10 on, fails to load on 2.9 as promised
 

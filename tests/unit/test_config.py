@@ -3,10 +3,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import CudaPolicy
-from harness.config.matrix import load_matrix
-from harness.core.errors import ConfigError
-from harness.core.versions import ApiLevel
+from torch_abi_harness.config import CudaPolicy
+from torch_abi_harness.config.matrix import load_matrix
+from torch_abi_harness.core.errors import ConfigError
+from torch_abi_harness.core.versions import ApiLevel
 
 
 def write_matrix(tmp_path: Path, body: str, with_extension: bool = True) -> Path:

@@ -7,11 +7,11 @@ from pathlib import Path
 import jsonschema
 from test_report import BROKEN, EXPECTED_FAIL, KEPT, run_of
 
-from harness.core.schema import load_schema
-from harness.render.report import write_report
-from harness.render.text import summary_markdown
-from harness.results.cases import DocDifference, doc_differences
-from harness.results.model import load_results
+from torch_abi_harness.core.schema import load_schema
+from torch_abi_harness.render.report import write_report
+from torch_abi_harness.render.text import summary_markdown
+from torch_abi_harness.results.cases import DocDifference, doc_differences
+from torch_abi_harness.results.model import load_results
 
 ENUM = "a ScalarType return reaches Python as its int code, not a torch.dtype"
 

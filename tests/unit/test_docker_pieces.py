@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import DockerSettings
-from harness.config.matrix import load_matrix, with_overrides
-from harness.core.errors import ConfigError
-from harness.execute.container.backend import _exit_code, container_settings
-from harness.execute.container.engine import EngineError, connect
-from harness.execute.container.run_line import docker_run_line
-from harness.plan import make_plan
+from torch_abi_harness.config import DockerSettings
+from torch_abi_harness.config.matrix import load_matrix, with_overrides
+from torch_abi_harness.core.errors import ConfigError
+from torch_abi_harness.execute.container.backend import _exit_code, container_settings
+from torch_abi_harness.execute.container.engine import EngineError, connect
+from torch_abi_harness.execute.container.run_line import docker_run_line
+from torch_abi_harness.plan import make_plan
 
 MATRIX = """\
     schema_version: 1

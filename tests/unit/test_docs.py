@@ -11,7 +11,7 @@ from types import ModuleType
 
 import pytest
 
-from harness.cli import main
+from torch_abi_harness.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
@@ -95,7 +95,9 @@ def test_the_mutation_scores_are_the_committed_run_rendered() -> None:
     assert docs_mutation.PAGE.read_text() == docs_mutation.render(data), STALE.format(
         page="docs/results/mutation-scores.md", command="python tools/docs_mutation.py"
     )
-    assert data["command"].startswith("python -m harness mutate") and data["started"][:10] in docs_mutation.render(data)
+    assert data["command"].startswith("python -m torch_abi_harness mutate") and data["started"][
+        :10
+    ] in docs_mutation.render(data)
 
 
 def test_trimming_a_mutation_json_keeps_what_the_page_shows(tmp_path: Path) -> None:

@@ -10,10 +10,18 @@ import pytest
 from fakesite import LIBTORCH, fake_site, write_distribution
 from packaging.version import Version
 
-from harness.core.errors import InfrastructureError
-from harness.provision import integrity
-from harness.provision.envs import ENV_FORMAT, MARKER, RUNNER_REQUIREMENTS, Env, EnvManager, EnvSpec, detect_variant
-from harness.provision.sources import ResolvedSources
+from torch_abi_harness.core.errors import InfrastructureError
+from torch_abi_harness.provision import integrity
+from torch_abi_harness.provision.envs import (
+    ENV_FORMAT,
+    MARKER,
+    RUNNER_REQUIREMENTS,
+    Env,
+    EnvManager,
+    EnvSpec,
+    detect_variant,
+)
+from torch_abi_harness.provision.sources import ResolvedSources
 
 SPEC = EnvSpec(Version("2.13.0"), "auto", "3.11")
 

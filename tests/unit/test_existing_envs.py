@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from harness.config import Sources
-from harness.config.matrix import with_overrides
-from harness.core.errors import ConfigError
-from harness.provision.envs import RUNNER_REQUIREMENTS, EnvManager, EnvSpec
-from harness.provision.sources import resolve_sources
-from harness.provision.testdeps import satisfied
+from torch_abi_harness.config import Sources
+from torch_abi_harness.config.matrix import with_overrides
+from torch_abi_harness.core.errors import ConfigError
+from torch_abi_harness.provision.envs import RUNNER_REQUIREMENTS, EnvManager, EnvSpec
+from torch_abi_harness.provision.sources import resolve_sources
+from torch_abi_harness.provision.testdeps import satisfied
 
 RUNNER = {"numpy": "2.3.0", "setuptools": "80.0.0", "wheel": "0.45.0", "pytest": "8.4.0"}
 
@@ -123,7 +123,7 @@ def test_the_interpreter_runs_without_the_harness_pythonpath(tmp_path: Path, mon
 
 
 def test_use_env_paths_are_absolute_and_links_are_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from harness.config.matrix import load_matrix
+    from torch_abi_harness.config.matrix import load_matrix
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "python3").symlink_to(sys.executable)

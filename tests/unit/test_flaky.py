@@ -9,13 +9,13 @@ import jsonschema
 import pytest
 from test_report import BROKEN, KEPT, result, run_of
 
-from harness.core.errors import ExitCode
-from harness.core.schema import load_schema
-from harness.core.status import Status
-from harness.render.report import write_report
-from harness.results.diff import compare
-from harness.results.model import CellResult, load_results
-from harness.verdict import Expected, Verdict
+from torch_abi_harness.core.errors import ExitCode
+from torch_abi_harness.core.schema import load_schema
+from torch_abi_harness.core.status import Status
+from torch_abi_harness.render.report import write_report
+from torch_abi_harness.results.diff import compare
+from torch_abi_harness.results.model import CellResult, load_results
+from torch_abi_harness.verdict import Expected, Verdict
 
 PASSED_AGAIN = dataclasses.replace(BROKEN, status=Status.PASS, verdict=Verdict.KEPT, reason="", logs={"stdout": "a2"})
 FAILED_AGAIN = dataclasses.replace(BROKEN, reason="failed again", logs={"stdout": "attempt-2/x/stdout.log"})

@@ -9,16 +9,16 @@ from pathlib import Path
 import pytest
 from test_report import BROKEN, ERROR, KEPT, result, run_of
 
-from harness.cli import main
-from harness.config import KnownBreak
-from harness.core.errors import BadInputError, ExitCode
-from harness.core.status import Status
-from harness.core.text import md_text
-from harness.results.diff import compare
-from harness.results.gate import Decision, candidate_ref, decide, previous_release
-from harness.results.prediction import CellPrediction
-from harness.static.abi_diff import AbiDiff, SignatureChange
-from harness.verdict import Verdict
+from torch_abi_harness.cli import main
+from torch_abi_harness.config import KnownBreak
+from torch_abi_harness.core.errors import BadInputError, ExitCode
+from torch_abi_harness.core.status import Status
+from torch_abi_harness.core.text import md_text
+from torch_abi_harness.gate.decide import Decision, candidate_ref, decide, previous_release
+from torch_abi_harness.results.diff import compare
+from torch_abi_harness.results.prediction import CellPrediction
+from torch_abi_harness.static.abi_diff import AbiDiff, SignatureChange
+from torch_abi_harness.verdict import Verdict
 
 CLEAN = AbiDiff("2.14.1", "2.15.0", (), ("torch_new",), (), ("torch_new",), (), ())
 

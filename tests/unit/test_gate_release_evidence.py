@@ -8,23 +8,23 @@ from pathlib import Path
 from packaging.version import Version
 from test_report import BROKEN, KEPT, run_of
 
-from harness.candidate import other_platforms
-from harness.cli.gate import ReplayRow, replay_markdown, replay_pairs
-from harness.config import KnownBreak
-from harness.core.status import Status
-from harness.core.versions import ApiLevel
-from harness.probe_extension import HEADER_PROBE, ProbeTarget, probe_source, probe_targets, write_probe
-from harness.results.gate import Decision, ReleaseEvidence, decide
-from harness.results.known_breaks import acknowledge
-from harness.results.prediction import CellPrediction, Predicted, PredictedMissing
-from harness.results.release_evidence import header_claims, op_evidence
-from harness.static.abi_diff import AbiDiff
-from harness.static.audit import GuardAudit, LatentBreak
-from harness.static.op_calls import OpCall, Via
-from harness.static.op_registry import OpChange
-from harness.static.op_schema import Change
-from harness.static.visibility import packaged_visibility
-from harness.verdict import Verdict
+from torch_abi_harness.cli.gate import ReplayRow, replay_markdown, replay_pairs
+from torch_abi_harness.config import HEADER_PROBE, KnownBreak
+from torch_abi_harness.core.status import Status
+from torch_abi_harness.core.versions import ApiLevel
+from torch_abi_harness.gate.candidate import other_platforms
+from torch_abi_harness.gate.decide import Decision, ReleaseEvidence, decide
+from torch_abi_harness.gate.evidence import header_claims, op_evidence
+from torch_abi_harness.gate.probe_extension import ProbeTarget, probe_source, probe_targets, write_probe
+from torch_abi_harness.results.known_breaks import acknowledge
+from torch_abi_harness.results.prediction import CellPrediction, Predicted, PredictedMissing
+from torch_abi_harness.static.abi_diff import AbiDiff
+from torch_abi_harness.static.audit import GuardAudit, LatentBreak
+from torch_abi_harness.static.op_calls import OpCall, Via
+from torch_abi_harness.static.op_registry import OpChange
+from torch_abi_harness.static.op_schema import Change
+from torch_abi_harness.static.visibility import packaged_visibility
+from torch_abi_harness.verdict import Verdict
 
 CLEAN = AbiDiff("2.11.0", "2.12.1", (), (), (), (), (), ())
 T29, T210, T211 = ApiLevel(2, 9), ApiLevel(2, 10), ApiLevel(2, 11)

@@ -9,16 +9,16 @@ from pathlib import Path
 import pytest
 from rich.cells import cell_len
 
-from harness.cli.console import print_grid
-from harness.core.status import Condition, Status
-from harness.core.text import natural_key
-from harness.plan import PlanIdentity
-from harness.render.grid import CORNER, NOT_RUN, NOT_RUN_MEANING, Grid
-from harness.render.report import write_report
-from harness.render.text import grid_mark, summary_markdown
-from harness.results.cases import CaseCounts
-from harness.results.model import CellResult, RunResult, load_results
-from harness.verdict import Expected, Verdict
+from torch_abi_harness.cli.console import print_grid
+from torch_abi_harness.core.status import Condition, Status
+from torch_abi_harness.core.text import natural_key
+from torch_abi_harness.plan import PlanIdentity
+from torch_abi_harness.render.grid import CORNER, NOT_RUN, NOT_RUN_MEANING, Grid
+from torch_abi_harness.render.report import write_report
+from torch_abi_harness.render.text import grid_mark, summary_markdown
+from torch_abi_harness.results.cases import CaseCounts
+from torch_abi_harness.results.model import CellResult, RunResult, load_results
+from torch_abi_harness.verdict import Expected, Verdict
 
 DEFAULT_PYTHON = "3.11"  # the matrix's: runtimes on it have no -py suffix
 # 20 runtimes of 7 releases on 3 Pythons: (release, variant as installed, requested +variant, device, python)

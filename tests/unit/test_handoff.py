@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.build import HANDOFF_FORMAT, Builder, cache_key
-from harness.config.matrix import load_matrix
-from harness.core.files import file_digest
-from harness.plan import Build, make_plan
+from torch_abi_harness.builds import HANDOFF_FORMAT, Builder, cache_key
+from torch_abi_harness.config.matrix import load_matrix
+from torch_abi_harness.core.files import file_digest
+from torch_abi_harness.plan import Build, make_plan
 
 
 @pytest.fixture

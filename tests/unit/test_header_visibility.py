@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.core.errors import BadInputError
-from harness.core.versions import ApiLevel
-from harness.static.audit import confirm, visible_but_not_exported
-from harness.static.header_probe import probe_headers
-from harness.static.manifest import parse_header
-from harness.static.visibility import (
+from torch_abi_harness.core.errors import BadInputError
+from torch_abi_harness.core.versions import ApiLevel
+from torch_abi_harness.static.audit import confirm, visible_but_not_exported
+from torch_abi_harness.static.header_probe import probe_headers
+from torch_abi_harness.static.manifest import parse_header
+from torch_abi_harness.static.visibility import (
     include_of_dir,
     include_of_wheel,
     public_headers,
@@ -194,7 +194,7 @@ def test_a_directory_without_stable_headers_is_bad_input(tmp_path: Path) -> None
 
 
 def test_a_release_older_than_the_oldest_target_is_refused_clearly(capsys: pytest.CaptureFixture[str]) -> None:
-    from harness.cli import main
+    from torch_abi_harness.cli import main
 
     assert main(["audit-guards", "2.8.0", "--no-probe"]) == 2
     assert "2.8.0 is older than the oldest target a build can ask for (2.9)" in capsys.readouterr().err

@@ -11,8 +11,8 @@ import pytest
 from test_gate import CLEAN
 from test_report import BROKEN, run_of
 
-from harness.cli import main
-from harness.results.gate import decide
+from torch_abi_harness.cli import main
+from torch_abi_harness.gate.decide import decide
 
 HOSTILE = "<script>alert(1)</script> <img src=x onerror=alert(2)> \x1b[31mred\x1b[0m [link](javascript:alert(3))"
 
@@ -58,7 +58,7 @@ def test_a_results_json_naming_a_file_outside_its_run_is_bad_input(
 
 
 def test_a_log_reached_through_a_link_is_not_read(tmp_path: Path) -> None:
-    from harness.render.html import tail
+    from torch_abi_harness.render.html import tail
 
     secret = tmp_path / "secret.txt"
     secret.write_text("TOKEN=hunter2\n")

@@ -14,14 +14,14 @@ from urllib.parse import quote
 import pytest
 from synthetic import synthetic_run
 
-from harness.core.status import Status
-from harness.render import html as report_html
-from harness.render.grid import Grid
-from harness.render.html import TAIL_BYTES, render, tail, write_html
-from harness.render.report import write_report
-from harness.render.text import VERDICT_SYMBOL
-from harness.results.diff import compare
-from harness.verdict import Verdict
+from torch_abi_harness.core.status import Status
+from torch_abi_harness.render import html as report_html
+from torch_abi_harness.render.grid import Grid
+from torch_abi_harness.render.html import TAIL_BYTES, render, tail, write_html
+from torch_abi_harness.render.report import write_report
+from torch_abi_harness.render.text import VERDICT_SYMBOL
+from torch_abi_harness.results.diff import compare
+from torch_abi_harness.verdict import Verdict
 
 
 class Page(HTMLParser):

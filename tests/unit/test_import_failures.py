@@ -4,8 +4,8 @@ from pathlib import Path
 
 from test_collect import JUNIT, LOADED, cell
 
-from harness.collect import classify
-from harness.core.status import Status
+from torch_abi_harness.core.status import Status
+from torch_abi_harness.run.collect import classify
 
 COLLECT_ERROR = """<?xml version="1.0" encoding="utf-8"?>
 <testsuites><testsuite name="pytest" errors="1" failures="0" skipped="0" tests="1" time="0.5">

@@ -1,4 +1,5 @@
-"""Env damage is found and named: each kind of damage on a small real site-packages (harness.provision.integrity)."""
+"""Env damage is found and named: each kind of damage on a small real site-packages
+(torch_abi_harness.provision.integrity)."""
 
 import os
 import time
@@ -7,8 +8,8 @@ from pathlib import Path
 import pytest
 from fakesite import LIBTORCH, TORCH_FILES, fake_site
 
-from harness.provision import integrity
-from harness.provision.integrity import Damage, Fingerprint
+from torch_abi_harness.provision import integrity
+from torch_abi_harness.provision.integrity import Damage, Fingerprint
 
 
 @pytest.fixture

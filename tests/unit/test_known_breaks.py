@@ -11,16 +11,16 @@ import jsonschema
 import pytest
 from test_report import BROKEN, KEPT, run_of
 
-from harness.config import KnownBreak
-from harness.config.matrix import load_matrix
-from harness.core.errors import ConfigError, ExitCode
-from harness.core.schema import load_schema
-from harness.core.status import Status
-from harness.render.report import write_report
-from harness.results.diff import compare
-from harness.results.known_breaks import State, acknowledge, outcomes
-from harness.results.model import RunResult, load_results
-from harness.verdict import Verdict
+from torch_abi_harness.config import KnownBreak
+from torch_abi_harness.config.matrix import load_matrix
+from torch_abi_harness.core.errors import ConfigError, ExitCode
+from torch_abi_harness.core.schema import load_schema
+from torch_abi_harness.core.status import Status
+from torch_abi_harness.render.report import write_report
+from torch_abi_harness.results.diff import compare
+from torch_abi_harness.results.known_breaks import State, acknowledge, outcomes
+from torch_abi_harness.results.model import RunResult, load_results
+from torch_abi_harness.verdict import Verdict
 
 TODAY = datetime.date(2026, 11, 25)
 CLASSIC = BROKEN  # demo@b2.10.0~r2.13.0-cpu, TEST_FAILED, broken
@@ -182,9 +182,9 @@ def test_a_date_that_does_not_exist_is_bad_input_quoted_or_not(tmp_path: Path) -
 def test_merged_shards_keep_the_entries_and_their_states(repo: Path, tmp_path: Path) -> None:
     from test_merge import write_run
 
-    from harness.cli import main
-    from harness.plan import Shard, make_plan
-    from harness.shard import shard_plan
+    from torch_abi_harness.cli import main
+    from torch_abi_harness.plan import Shard, make_plan
+    from torch_abi_harness.run.shard import shard_plan
 
     whole = make_plan(load_matrix(repo / "matrix.yaml"), ["stable_basic@b2.9.1~r2.1"])
     holds = entry("accepted-one", "stable_basic@b2.9.1~r2.10.0-cpu", datetime.date(2099, 1, 1))

@@ -9,18 +9,18 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from harness.cli import main
-from harness.config.matrix import load_matrix
-from harness.core.errors import BadInputError
-from harness.core.schema import load_schema
-from harness.core.status import Status
-from harness.merge import merge_reports
-from harness.plan import Cell, Plan, Shard, make_plan
-from harness.render.report import write_report
-from harness.results.cases import CaseCounts
-from harness.results.model import CellResult, RunResult
-from harness.shard import shard_plan
-from harness.verdict import promise
+from torch_abi_harness.cli import main
+from torch_abi_harness.config.matrix import load_matrix
+from torch_abi_harness.core.errors import BadInputError
+from torch_abi_harness.core.schema import load_schema
+from torch_abi_harness.core.status import Status
+from torch_abi_harness.plan import Cell, Plan, Shard, make_plan
+from torch_abi_harness.render.report import write_report
+from torch_abi_harness.results.cases import CaseCounts
+from torch_abi_harness.results.model import CellResult, RunResult
+from torch_abi_harness.run.merge import merge_reports
+from torch_abi_harness.run.shard import shard_plan
+from torch_abi_harness.verdict import promise
 
 SELECTORS = ("stable_basic@b2.13.0-t2.10", "classic_ops")  # 22 cells of 2 builds (11 runtimes)
 

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from harness.core.errors import ConfigError
-from harness.mutate.catalogue import CONVENTIONS, KERNEL_BODY, load_catalogue, parse_catalogue
-from harness.mutate.interposer import c_function, functions_on, interposer_source, split_params
-from harness.static.manifest import packaged_manifest
+from torch_abi_harness.core.errors import ConfigError
+from torch_abi_harness.mutate.catalogue import CONVENTIONS, KERNEL_BODY, load_catalogue, parse_catalogue
+from torch_abi_harness.mutate.interposer import c_function, functions_on, interposer_source, split_params
+from torch_abi_harness.static.manifest import packaged_manifest
 
 HERE = Path("catalogue.yaml")
 
@@ -163,7 +163,7 @@ def test_a_function_pointer_parameter_is_named_inside_its_declarator() -> None:
 def test_the_cli_refuses_a_mutant_pattern_that_matches_nothing_before_any_work(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from harness.cli import main
+    from torch_abi_harness.cli import main
 
     assert main(["mutate", "--mutant", "meta.dimm*"]) == 2
     assert "'meta.dimm*' matches no mutant" in capsys.readouterr().err

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from test_mutate_report import BOOL, DIM, MIXED, SENTINEL, cell, run_of
 
-from harness.mutate.html import render
-from harness.mutate.output import write_mutation_report
-from harness.mutate.report import MutationReport
-from harness.mutate.run import MutantVerdict
+from torch_abi_harness.mutate.html import render
+from torch_abi_harness.mutate.output import write_mutation_report
+from torch_abi_harness.mutate.report import MutationReport
+from torch_abi_harness.mutate.run import MutantVerdict
 
 
 def rows(page: str) -> list[str]:

@@ -5,10 +5,10 @@ import dataclasses
 import json
 from pathlib import Path
 
-from harness.mutate.catalogue import Catalogue, Mutant
-from harness.mutate.output import write_mutation_report
-from harness.mutate.report import MutationReport, Score
-from harness.mutate.run import MutantCell, MutantVerdict, MutationRun
+from torch_abi_harness.mutate.catalogue import Catalogue, Mutant
+from torch_abi_harness.mutate.output import write_mutation_report
+from torch_abi_harness.mutate.report import MutationReport, Score
+from torch_abi_harness.mutate.run import MutantCell, MutantVerdict, MutationRun
 
 SENTINEL = Mutant("sentinel.abort", ("aoti_torch_delete_tensor_object",), "sentinel", "aborts", "", sentinel=True)
 DIM = Mutant("meta.dim", ("aoti_torch_get_dim",), "tensor-metadata", "dim one larger", "")
@@ -166,7 +166,7 @@ def test_an_interrupted_run_keeps_the_mutant_cells_that_finished(tmp_path: Path)
     """Ctrl-C after some mutant cells: they are returned (and reported), the rest never start, exit 3."""
     import threading
 
-    from harness.mutate.run import run_mutants
+    from torch_abi_harness.mutate.run import run_mutants
 
     stopped = threading.Event()
 

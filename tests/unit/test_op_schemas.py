@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main
-from harness.core.errors import BadInputError
-from harness.static.op_calls import Fit, OpCall, Via, calls_of, fit, shim_op
-from harness.static.op_registry import OpSchemas, diff_releases, op_key, packaged_op_schemas
-from harness.static.op_schema import Argument, Change, compare, overall, parse
-from harness.static.predict import ArtifactImports, Predicted, Prediction, findings
-from harness.static.symbols import read_artifact
+from torch_abi_harness.cli import main
+from torch_abi_harness.core.errors import BadInputError
+from torch_abi_harness.static.op_calls import Fit, OpCall, Via, calls_of, fit, shim_op
+from torch_abi_harness.static.op_registry import OpSchemas, diff_releases, op_key, packaged_op_schemas
+from torch_abi_harness.static.op_schema import Argument, Change, compare, overall, parse
+from torch_abi_harness.static.predict import ArtifactImports, Predicted, Prediction, findings
+from torch_abi_harness.static.symbols import read_artifact
 
 SCHEMAS = packaged_op_schemas()
 
@@ -258,7 +258,7 @@ def test_a_call_fits_fails_or_is_at_risk_per_release(caller: Path) -> None:
 
 def prediction_with(*ops: Fit) -> Prediction:
     call = OpCall("aten::cholesky", "", Via.NAME, "aten::cholesky")
-    from harness.static.op_calls import OpFit
+    from torch_abi_harness.static.op_calls import OpFit
 
     return Prediction("2.14.1", Predicted.LOADS, (), 0, (), tuple(OpFit(call, f, "no op") for f in ops))
 

@@ -7,7 +7,7 @@ import tomllib
 import zipfile
 from pathlib import Path
 
-from harness.provision.sources import uv_binary
+from torch_abi_harness.provision.sources import uv_binary
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -35,16 +35,16 @@ def test_the_wheel_carries_its_license_and_classifiers(tmp_path: Path) -> None:
     assert "Operating System :: POSIX :: Linux" in classifiers and "Typing :: Typed" in classifiers
     assert not [c for c in classifiers if c.startswith("License ::")], "PEP 639: the expression, not a classifier"
     for data in (
-        "harness/schemas/results.schema.json",
-        "harness/data/stable_manifest.json",
-        "harness/data/op_schemas.json",
-        "harness/data/stable_visibility.json",
-        "harness/py.typed",
+        "torch_abi_harness/schemas/results.schema.json",
+        "torch_abi_harness/data/stable_manifest.json",
+        "torch_abi_harness/data/op_schemas.json",
+        "torch_abi_harness/data/stable_visibility.json",
+        "torch_abi_harness/py.typed",
         # every wing's data: the shim-mutant catalogue, the page templates, the code that runs inside a cell
-        "harness/mutate/mutants/catalogue.yaml",
-        "harness/mutate/mutants/support.h",
-        "harness/render/templates/report.html.j2",
-        "harness/execute/cellprobe/harness_cellprobe.py",
-        "harness/execute/cellprobe/harness_forkserver.py",
+        "torch_abi_harness/mutate/mutants/catalogue.yaml",
+        "torch_abi_harness/mutate/mutants/support.h",
+        "torch_abi_harness/render/templates/report.html.j2",
+        "torch_abi_harness/execute/cellprobe/harness_cellprobe.py",
+        "torch_abi_harness/execute/cellprobe/harness_forkserver.py",
     ):
         assert data in names, data

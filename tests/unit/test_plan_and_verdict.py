@@ -2,11 +2,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.config.matrix import load_matrix
-from harness.core.errors import SelectionError
-from harness.core.status import Status
-from harness.plan import make_plan
-from harness.verdict import Expected, Verdict, judge, promise
+from torch_abi_harness.config.matrix import load_matrix
+from torch_abi_harness.core.errors import SelectionError
+from torch_abi_harness.core.status import Status
+from torch_abi_harness.plan import make_plan
+from torch_abi_harness.verdict import Expected, Verdict, judge, promise
 
 
 @pytest.fixture
@@ -52,7 +52,7 @@ def test_selectors_match_parts_of_ids_with_globs(repo: Path) -> None:
 def test_a_selector_that_matches_nothing_says_why(repo: Path) -> None:
     with pytest.raises(SelectionError, match=r"'r2\.8' matches nothing") as info:
         make_plan(load_matrix(repo / "matrix.yaml"), ["r2.10", "r2.8"])
-    assert "python -m harness plan" in str(info.value)
+    assert "python -m torch_abi_harness plan" in str(info.value)
 
 
 @pytest.mark.parametrize(
@@ -119,12 +119,12 @@ def test_verdicts(expected: Expected, status: Status, verdict: Verdict) -> None:
 
 def test_an_unexpected_failure_exits_3_not_1(monkeypatch: pytest.MonkeyPatch) -> None:
     """A harness bug must never exit 1, which means "a promise was broken"."""
-    from harness.cli import main
+    from torch_abi_harness.cli import main
 
     def boom(args: object) -> int:
         raise OSError("disk on fire")
 
-    monkeypatch.setattr("harness.cli.run.cmd_plan", boom)
+    monkeypatch.setattr("torch_abi_harness.cli.run.cmd_plan", boom)
     assert main(["plan"]) == 3
 
 

@@ -13,7 +13,7 @@ SCRIPT = """
 import sys
 for name in {names!r}:
     sys.modules[name] = None
-from harness.cli import main
+from torch_abi_harness.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 

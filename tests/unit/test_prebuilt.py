@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from harness.build import Builder
-from harness.config.matrix import load_matrix
-from harness.core.errors import BadInputError, ConfigError
-from harness.core.versions import ApiLevel
-from harness.plan import make_plan
-from harness.provision.envs import Env, EnvSpec
-from harness.static.manifest import packaged_manifest
-from harness.static.prebuilt import claim_findings, find_wheel, tag_problem, wheel_problems
-from harness.static.predict import ArtifactImports
+from torch_abi_harness.builds import Builder
+from torch_abi_harness.config.matrix import load_matrix
+from torch_abi_harness.core.errors import BadInputError, ConfigError
+from torch_abi_harness.core.versions import ApiLevel
+from torch_abi_harness.plan import make_plan
+from torch_abi_harness.provision.envs import Env, EnvSpec
+from torch_abi_harness.static.manifest import packaged_manifest
+from torch_abi_harness.static.prebuilt import claim_findings, find_wheel, tag_problem, wheel_problems
+from torch_abi_harness.static.predict import ArtifactImports
 
 ABI3 = "my_ops-1.0-cp39-abi3-linux_x86_64.whl"
 

@@ -13,11 +13,11 @@ import keyring.credentials
 import keyring.errors
 import pytest
 
-from harness.core.errors import CommandError, InfrastructureError
-from harness.core.text import redact
-from harness.provision import index
-from harness.provision.index import Source, SourceKind, list_source
-from harness.provision.sources import ResolvedSources
+from torch_abi_harness.core.errors import CommandError, InfrastructureError
+from torch_abi_harness.core.text import redact
+from torch_abi_harness.provision import index
+from torch_abi_harness.provision.index import Source, SourceKind, list_source
+from torch_abi_harness.provision.sources import ResolvedSources
 
 WHEEL = "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
 PAGE = f'<html><body><a href="/files/{WHEEL}">{WHEEL}</a></body></html>'.encode()

@@ -11,20 +11,20 @@ import pytest
 from packaging.tags import platform_tags
 from packaging.version import Version
 
-from harness.cells import host_library_promise
-from harness.collect import CellOutcome, ProbeRecord
-from harness.config.matrix import load_matrix
-from harness.core.errors import ConfigError, InfrastructureError, ResolutionError
-from harness.core.status import Condition, Status
-from harness.provision.published import resolve
-from harness.provision.sources import ResolvedSources
-from harness.published import torch_requirement, with_published
-from harness.results.cases import CaseCounts, ModuleLoad, PublishedBuild, module_loads
-from harness.results.census import census
-from harness.results.model import CellResult, RunResult
-from harness.static import host_libraries
-from harness.static.prebuilt import ordered_tags
-from harness.verdict import Expected, Verdict
+from torch_abi_harness.builds.published import torch_requirement, with_published
+from torch_abi_harness.config.matrix import load_matrix
+from torch_abi_harness.core.errors import ConfigError, InfrastructureError, ResolutionError
+from torch_abi_harness.core.status import Condition, Status
+from torch_abi_harness.provision.published import resolve
+from torch_abi_harness.provision.sources import ResolvedSources
+from torch_abi_harness.results.cases import CaseCounts, ModuleLoad, PublishedBuild, module_loads
+from torch_abi_harness.results.census import census
+from torch_abi_harness.results.model import CellResult, RunResult
+from torch_abi_harness.run.cells import host_library_promise
+from torch_abi_harness.run.collect import CellOutcome, ProbeRecord
+from torch_abi_harness.static import host_libraries
+from torch_abi_harness.static.prebuilt import ordered_tags
+from torch_abi_harness.verdict import Expected, Verdict
 
 PLATFORM = next(iter(platform_tags()))  # this host's most specific platform tag
 
@@ -43,7 +43,7 @@ def test_a_build_can_name_a_published_wheel_by_requirement(tmp_path: Path) -> No
         ("torchao==0.18.0", ()),
         ("x==1.0", (Version("2.12.1"),)),
     ]
-    assert matrix.builds == ()  # made by harness.published once resolved
+    assert matrix.builds == ()  # made by torch_abi_harness.builds.published once resolved
     assert matrix.published[0].where == f"{tmp_path / 'census.yaml'}: line 6: builds[0]"
 
 

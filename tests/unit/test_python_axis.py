@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.config.matrix import load_matrix
-from harness.core.errors import BadInputError, ConfigError
-from harness.plan import make_plan
-from harness.provision import interpreters
-from harness.provision.envs import EnvSpec
+from torch_abi_harness.config.matrix import load_matrix
+from torch_abi_harness.core.errors import BadInputError, ConfigError
+from torch_abi_harness.plan import make_plan
+from torch_abi_harness.provision import interpreters
+from torch_abi_harness.provision.envs import EnvSpec
 
 # The documented grammar of ids (docs/the-promise.md, "Ids").
 RELEASE = r"[0-9]+\.[0-9]+\.[0-9]+(?:\.?(?:a|b|rc|dev)[0-9]+)*"
@@ -256,7 +256,7 @@ def test_the_full_matrix_is_every_release_on_every_python_the_index_serves(repo:
 def test_run_no_python_downloads_is_exit_2_before_any_work(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from harness.cli import main
+    from torch_abi_harness.cli import main
 
     monkeypatch.setenv("UV_PYTHON_DOWNLOADS", "automatic")  # restored after: the flag sets it for the process
     path = matrix_file(tmp_path, '  - {torch: 2.13.0, python: "3.99"}\n')

@@ -6,15 +6,15 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from harness.config.matrix import load_matrix
-from harness.core.errors import ExitCode
-from harness.core.schema import load_schema
-from harness.core.status import Status
-from harness.plan import PlanIdentity, make_plan
-from harness.render.report import write_report
-from harness.results.cases import CaseCounts
-from harness.results.model import CellResult, RunResult, load_results
-from harness.verdict import Expected, Verdict
+from torch_abi_harness.config.matrix import load_matrix
+from torch_abi_harness.core.errors import ExitCode
+from torch_abi_harness.core.schema import load_schema
+from torch_abi_harness.core.status import Status
+from torch_abi_harness.plan import PlanIdentity, make_plan
+from torch_abi_harness.render.report import write_report
+from torch_abi_harness.results.cases import CaseCounts
+from torch_abi_harness.results.model import CellResult, RunResult, load_results
+from torch_abi_harness.verdict import Expected, Verdict
 
 
 def result(

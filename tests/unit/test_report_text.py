@@ -9,14 +9,14 @@ from pathlib import Path
 import jsonschema
 from test_report import BROKEN, ERROR, KEPT, result, run_of
 
-from harness.core.schema import load_schema
-from harness.core.status import Status
-from harness.core.text import md_text
-from harness.provision.host import HostFacts
-from harness.render.report import write_report
-from harness.results.diff import compare
-from harness.results.model import load_results
-from harness.verdict import Verdict
+from torch_abi_harness.core.schema import load_schema
+from torch_abi_harness.core.status import Status
+from torch_abi_harness.core.text import md_text
+from torch_abi_harness.provision.host import HostFacts
+from torch_abi_harness.render.report import write_report
+from torch_abi_harness.results.diff import compare
+from torch_abi_harness.results.model import load_results
+from torch_abi_harness.verdict import Verdict
 
 ANSI_ERROR = (
     "\x1b[1m\x1b[31merror:\x1b[0m no member named \x07'foo'\x00 in\x1b]8;;file:///x\x1b\\ <header> & *bold* `code`"

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from test_merge import write_run
 
-from harness.cli import main
-from harness.config.matrix import load_matrix
-from harness.core.status import Status
-from harness.plan import make_plan
-from harness.verdict import Verdict
+from torch_abi_harness.cli import main
+from torch_abi_harness.config.matrix import load_matrix
+from torch_abi_harness.core.status import Status
+from torch_abi_harness.plan import make_plan
+from torch_abi_harness.verdict import Verdict
 
 BROKEN_ID = "stable_basic@b2.13.0-t2.10~r2.11.0-cpu"
 ERROR_ID = "classic_ops@b2.13.0~r2.13.0-cpu"

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from kit import processes_mentioning
 
-import harness
-from harness.execute import sandbox
-from harness.execute.venv import run_process
+import torch_abi_harness
+from torch_abi_harness.execute import sandbox
+from torch_abi_harness.execute.venv import run_process
 
 
 def alive(pid: int) -> bool:
@@ -80,7 +80,7 @@ def test_where_the_kernel_refuses_the_namespaces_cells_run_unisolated_and_the_ru
     'none' with the kernel's reason, and a cell still runs (writing where it could not in the sandbox)."""
     code = (
         "import logging, pathlib, sys\n"
-        "from harness.execute import sandbox, venv\n"
+        "from torch_abi_harness.execute import sandbox, venv\n"
         "logging.basicConfig(stream=sys.stdout, format='%(levelname)s %(message)s')\n"
         "venv.VenvBackend()\n"
         "box = sandbox.detect()\n"
@@ -144,7 +144,7 @@ def test_in_the_sandbox_only_the_cells_own_directory_and_its_own_dev_shm_are_wri
     elsewhere = [
         shared / "env.py",
         shared / "new.pth",
-        Path(harness.__file__),
+        Path(torch_abi_harness.__file__),
         Path.home() / name,
         Path("/tmp") / name,
         Path("/var/tmp") / name,
@@ -183,7 +183,7 @@ def test_in_the_sandbox_a_submount_is_read_only_too(tmp_path: Path, remount_all:
     cell = (
         "import os, subprocess, sys\n"
         "from pathlib import Path\n"
-        "from harness.execute import sandbox\n"
+        "from torch_abi_harness.execute import sandbox\n"
         "argv = [sys.executable, '-c', sys.argv[1], sys.argv[2], sys.argv[3]]\n"
         "wrapped = sandbox.Sandbox('namespaces').wrap(argv, [Path(sys.argv[3]).parent])\n"
         "raise SystemExit(subprocess.run(wrapped).returncode)\n"
@@ -199,7 +199,7 @@ def test_in_the_sandbox_a_submount_is_read_only_too(tmp_path: Path, remount_all:
 
 def test_E3_a_cells_output_is_capped_and_it_still_finishes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """E3: 500 MB of stdout made a 524 MB stdout.log; now the log keeps the cap and says what it dropped."""
-    monkeypatch.setattr("harness.execute.api.LOG_LIMIT", 1 << 20)
+    monkeypatch.setattr("torch_abi_harness.execute.api.LOG_LIMIT", 1 << 20)
     script = "import sys\nfor _ in range(8):\n    sys.stdout.write('x' * (1 << 20))\nprint('done', file=sys.stderr)"
     execution = run_process([sys.executable, "-c", script], dict(os.environ), tmp_path, 60, BOX)
     assert execution.returncode == 0

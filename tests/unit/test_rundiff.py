@@ -5,13 +5,13 @@ from pathlib import Path
 import pytest
 from test_report import result, run_of
 
-from harness.cli import main
-from harness.core.errors import BadInputError
-from harness.core.status import Status
-from harness.render.report import write_report
-from harness.results.cases import CaseCounts
-from harness.results.diff import compare, load_run
-from harness.verdict import Expected, Verdict
+from torch_abi_harness.cli import main
+from torch_abi_harness.core.errors import BadInputError
+from torch_abi_harness.core.status import Status
+from torch_abi_harness.render.report import write_report
+from torch_abi_harness.results.cases import CaseCounts
+from torch_abi_harness.results.diff import compare, load_run
+from torch_abi_harness.verdict import Expected, Verdict
 
 KEPT = result("b2.13.0", "r2.13.0-cpu", Status.PASS, Verdict.KEPT)
 LOAD = result("b2.13.0", "r2.10.0-cpu", Status.LOAD_FAILED, Verdict.EXPECTED_FAILURE, Expected.LOAD_FAILED)

@@ -13,10 +13,10 @@ import pytest
 import yaml
 from packaging.specifiers import SpecifierSet
 
-from harness.cli import main
-from harness.core.schema import load_schema
-from harness.provision.catalog import Catalog, Filters, Hidden, cuda_from_requirements, discover, wheels_of
-from harness.provision.index import JSON_SIMPLE, Listed, Source, SourceKind
+from torch_abi_harness.cli import main
+from torch_abi_harness.core.schema import load_schema
+from torch_abi_harness.provision.catalog import Catalog, Filters, Hidden, cuda_from_requirements, discover, wheels_of
+from torch_abi_harness.provision.index import JSON_SIMPLE, Listed, Source, SourceKind
 
 HOST = frozenset({"manylinux_2_28_x86_64", "linux_x86_64", "any"})  # the platform the tests pretend to be on
 LINUX = "manylinux_2_28_x86_64"
@@ -272,7 +272,7 @@ def matrix_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A working directory whose matrix.yaml names its own sources only (no pip configuration, no UV_*)."""
     for name in ("UV_INDEX_URL", "UV_DEFAULT_INDEX", "UV_EXTRA_INDEX_URL", "UV_FIND_LINKS"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr("harness.cli.runtimes.host_platforms", lambda: HOST)
+    monkeypatch.setattr("torch_abi_harness.cli.runtimes.host_platforms", lambda: HOST)
     work = tmp_path / "work"
     ext = work / "extensions" / "demo"
     (ext / "tests").mkdir(parents=True)

@@ -6,12 +6,12 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from harness.cli import main, parser
-from harness.config.matrix import load_matrix
-from harness.core.errors import BadInputError
-from harness.core.schema import load_schema
-from harness.plan import Cell, Plan, PlanIdentity, Shard, make_plan
-from harness.shard import CELL_SECONDS, build_seconds, fan_out, partition, shard_plan, split
+from torch_abi_harness.cli import main, parser
+from torch_abi_harness.config.matrix import load_matrix
+from torch_abi_harness.core.errors import BadInputError
+from torch_abi_harness.core.schema import load_schema
+from torch_abi_harness.plan import Cell, Plan, PlanIdentity, Shard, make_plan
+from torch_abi_harness.run.shard import CELL_SECONDS, build_seconds, fan_out, partition, shard_plan, split
 
 
 @pytest.fixture

@@ -10,22 +10,22 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from harness.build import BuildResult, climbing_paths, compiled_levels, compiled_target, outside_reads
-from harness.config.extension import load_extension
-from harness.config.matrix import load_matrix
-from harness.core.errors import ConfigError, ExitCode
-from harness.core.schema import load_schema
-from harness.core.status import Status
-from harness.core.versions import ApiLevel
-from harness.pipeline import build_record
-from harness.plan import Build, Cell, make_plan
-from harness.render.report import write_report
-from harness.results.model import BuildRecord, load_results
-from harness.static.predict import ArtifactImports
-from harness.static.testing_names import first_release, import_hint
-from harness.verdict import Expected, Verdict, promise
 from tests.unit.test_report import KEPT, result, run_of
 from tools.gen_testing_names import bound_names
+from torch_abi_harness.builds import BuildResult, climbing_paths, compiled_levels, compiled_target, outside_reads
+from torch_abi_harness.config.extension import load_extension
+from torch_abi_harness.config.matrix import load_matrix
+from torch_abi_harness.core.errors import ConfigError, ExitCode
+from torch_abi_harness.core.schema import load_schema
+from torch_abi_harness.core.status import Status
+from torch_abi_harness.core.versions import ApiLevel
+from torch_abi_harness.plan import Build, Cell, make_plan
+from torch_abi_harness.render.report import write_report
+from torch_abi_harness.results.model import BuildRecord, load_results
+from torch_abi_harness.run.pipeline import build_record
+from torch_abi_harness.static.predict import ArtifactImports
+from torch_abi_harness.static.testing_names import first_release, import_hint
+from torch_abi_harness.verdict import Expected, Verdict, promise
 
 REPO = Path(__file__).resolve().parents[2]
 SETUPTOOLS_LINE = (

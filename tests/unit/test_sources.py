@@ -1,8 +1,8 @@
 import os
 from pathlib import Path
 
-from harness.config import Sources
-from harness.provision.sources import resolve_sources
+from torch_abi_harness.config import Sources
+from torch_abi_harness.provision.sources import resolve_sources
 
 
 def test_pip_configuration_and_uv_variables_are_merged(tmp_path: Path) -> None:
@@ -54,7 +54,7 @@ def test_uv_is_found_once_even_when_threads_ask_together() -> None:
     # A fresh interpreter, so that sysconfig is not initialised yet (the race needs that).
     code = (
         "import threading\n"
-        "from harness.provision.sources import uv_binary\n"
+        "from torch_abi_harness.provision.sources import uv_binary\n"
         "found, errors = [], []\n"
         "def ask():\n"
         "    try:\n"

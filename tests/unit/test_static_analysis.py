@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.core.errors import InfrastructureError
-from harness.core.versions import ApiLevel
-from harness.static.abi_diff import Surface, diff
-from harness.static.audit import find_latent_breaks
-from harness.static.manifest import (
+from torch_abi_harness.core.errors import InfrastructureError
+from torch_abi_harness.core.versions import ApiLevel
+from torch_abi_harness.static.abi_diff import Surface, diff
+from torch_abi_harness.static.audit import find_latent_breaks
+from torch_abi_harness.static.manifest import (
     Declaration,
     Manifest,
     ReleaseScan,
@@ -19,9 +19,9 @@ from harness.static.manifest import (
     normalize_signature,
     parse_header,
 )
-from harness.static.predict import ArtifactImports, Predicted, findings, predict
-from harness.static.symbols import SymbolKind, classify, read_artifact, system_floor
-from harness.static.visibility import Visibility
+from torch_abi_harness.static.predict import ArtifactImports, Predicted, findings, predict
+from torch_abi_harness.static.symbols import SymbolKind, classify, read_artifact, system_floor
+from torch_abi_harness.static.visibility import Visibility
 
 HEADER = """
 #pragma once
@@ -113,7 +113,7 @@ def test_an_inconsistent_manifest_is_refused() -> None:
 
 
 def test_the_packaged_manifest_covers_2_7_to_2_15() -> None:
-    from harness.static.manifest import packaged_manifest
+    from torch_abi_harness.static.manifest import packaged_manifest
 
     manifest = packaged_manifest()
     assert manifest.releases[0].startswith("2.7.") and manifest.releases[-1].startswith("2.15.")
@@ -123,7 +123,7 @@ def test_the_packaged_manifest_covers_2_7_to_2_15() -> None:
 
 
 def test_abi_diff_finds_removals_and_signature_changes(manifest: Manifest) -> None:
-    from harness.static.abi_diff import surface
+    from torch_abi_harness.static.abi_diff import surface
 
     first = diff(surface(manifest, "2.9"), surface(manifest, "2.10.0"))
     assert first.removed_exports == ("aoti_torch_gone",) and first.added_exports == ("torch_b",) and first.breaking
@@ -227,7 +227,7 @@ def test_the_coverage_map_shows_gaps_as_gaps() -> None:
 
 
 def test_a_file_named_whl_that_is_no_zip_is_bad_input(tmp_path: Path) -> None:
-    from harness.core.errors import BadInputError
+    from torch_abi_harness.core.errors import BadInputError
 
     fake = tmp_path / "fake-1.0-cp39-abi3-linux_x86_64.whl"
     fake.write_text("not a zip")

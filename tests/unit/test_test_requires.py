@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.config.extension import load_extension
-from harness.core.commands import uv_explanation
-from harness.core.errors import ConfigError
-from harness.provision.testdeps import overlay_key
+from torch_abi_harness.config.extension import load_extension
+from torch_abi_harness.core.commands import uv_explanation
+from torch_abi_harness.core.errors import ConfigError
+from torch_abi_harness.provision.testdeps import overlay_key
 
 
 def extension(tmp_path: Path, test_requires: str, files: dict[str, str] | None = None) -> Path:

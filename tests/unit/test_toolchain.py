@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.build import IGNORED
-from harness.config.extension import load_extension
-from harness.provision import toolchain
-from harness.provision.toolchain import Needs
+from torch_abi_harness.builds import IGNORED
+from torch_abi_harness.config.extension import load_extension
+from torch_abi_harness.provision import toolchain
+from torch_abi_harness.provision.toolchain import Needs
 
 REPO = Path(__file__).resolve().parents[2]
 

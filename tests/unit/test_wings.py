@@ -1,4 +1,4 @@
-"""The import contract covers the whole package: a module or folder of harness/ that no layer names would be
+"""The import contract covers the whole package: a module or folder of torch_abi_harness/ that no layer names would be
 free to import anything (import-linter checks only the layers it is given)."""
 
 import tomllib
@@ -13,8 +13,8 @@ def test_every_top_level_module_and_wing_is_in_a_layer() -> None:
     named = {part.strip() for layer in contract["layers"] for part in layer.split("|")}
     data = {"data", "schemas"}  # folders of files the package ships, no code
     present = {
-        f"harness.{p.stem}"
-        for p in (REPO / "harness").iterdir()
+        f"torch_abi_harness.{p.stem}"
+        for p in (REPO / "torch_abi_harness").iterdir()
         if (p.suffix == ".py" and p.stem != "__init__") or (p.is_dir() and (p / "__init__.py").is_file())
         if p.name not in data
     }

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 import yaml
 
-from harness.cli import parser
-from harness.config.matrix import load_matrix
-from harness.plan import make_plan
-from harness.shard import build_jobs, fan_out
+from torch_abi_harness.cli import parser
+from torch_abi_harness.config.matrix import load_matrix
+from torch_abi_harness.plan import make_plan
+from torch_abi_harness.run.shard import build_jobs, fan_out
 
 REPO = Path(__file__).resolve().parents[2]
 WORKFLOWS = sorted((REPO / "ci").glob("*.yml"))
@@ -42,7 +42,7 @@ def options_of(sub: argparse.ArgumentParser) -> set[str]:
 
 
 def harness_invocations(script: str) -> list[list[str]]:
-    """Argument lists given to the harness: `python -m harness`, `nox -s matrix --`, `nox -s harness --`.
+    """Argument lists given to the harness: `python -m torch_abi_harness`, `nox -s matrix --`, `nox -s harness --`.
 
     Options collected in a bash array (`args+=(--add-runtime "$PRE")`) count as `run` options.
     """
@@ -50,7 +50,7 @@ def harness_invocations(script: str) -> list[list[str]]:
     for line in script.replace("\\\n", " ").splitlines():
         words = shlex.split(line, comments=True, posix=True) if line.strip() else []
         for i, word in enumerate(words):
-            if word == "-m" and i + 1 < len(words) and words[i + 1] == "harness":
+            if word == "-m" and i + 1 < len(words) and words[i + 1] == "torch_abi_harness":
                 calls.append(words[i + 2 :])
             if word == "-s" and i + 1 < len(words) and words[i + 1] in {"matrix", "harness"}:
                 rest = words[i + 2 :]
@@ -166,7 +166,7 @@ def test_the_nightly_is_a_graph_of_build_jobs_run_jobs_by_runtime_and_a_merge_of
     assert "--build-jobs --json" in runs("plan") and "--by runtime" in runs("plan")
     assert jobs["build"]["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.builds) }}"
     assert jobs["run"]["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.shards) }}"
-    assert 'python -m harness build "${args[@]}" --torch "$TORCH" --out built/' in runs("build")
+    assert 'python -m torch_abi_harness build "${args[@]}" --torch "$TORCH" --out built/' in runs("build")
     assert '--shard "$SHARD" --by runtime --prebuilt built/' in runs("run")
     shard_env = next(step["env"]["SHARD"] for step in jobs["run"]["steps"] if "SHARD" in step.get("env", {}))
     assert shard_env == "${{ matrix.shard }}"
@@ -182,7 +182,7 @@ def test_the_nightly_is_a_graph_of_build_jobs_run_jobs_by_runtime_and_a_merge_of
     merge = jobs["merge"]
     assert set(merge["needs"]) == {"plan", "build", "run"} and merge["if"].startswith("always()")
     assert "gpu" not in merge["needs"], "the GPU job never holds up merge"
-    assert "python -m harness merge" in runs("merge") and "--allow-missing" in runs("merge")
+    assert "python -m torch_abi_harness merge" in runs("merge") and "--allow-missing" in runs("merge")
     last = merge["steps"][-1]
     assert last["run"] == 'exit "$STATUS"' and "steps.merge.outputs.status" in last["env"]["STATUS"]
     assert "--shard" not in runs("gpu"), "the GPU job is one shard of another plan"

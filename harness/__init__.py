@@ -1,8 +1,0 @@
-"""Compatibility harness for PyTorch extensions built on the LibTorch stable ABI.
-
-Stages, one module each: config -> plan -> envs -> build -> run -> collect ->
-verdict -> report. ``harness.pipeline`` chains them; ``harness.cli`` is the
-only place that prints.
-"""
-
-__version__ = "0.1.0"

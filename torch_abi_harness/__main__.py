@@ -1,0 +1,5 @@
+import sys
+
+from torch_abi_harness.cli import main
+
+sys.exit(main())

@@ -1,0 +1,34 @@
+"""Builds: each build compiled once (or its wheel unpacked) in the env of its build torch, cached by content.
+
+builder: the Builder, its cache and the CI graph's hand-offs; result: what a build yields and its cache key;
+log: what a build's log says (the compiler's error, the target it was given, a want of nvcc); derived: a published
+wheel's derived suite (its modules' manifest and its reference registrations)."""
+
+from torch_abi_harness.builds.builder import HANDOFF_FORMAT, Builder
+from torch_abi_harness.builds.derived import DERIVED_SUITE_MANIFEST, derived_suite_script
+from torch_abi_harness.builds.log import climbing_paths, compiled_levels, compiled_target, outside_reads
+from torch_abi_harness.builds.result import (
+    BUILD_FORMAT,
+    IGNORED,
+    ROOT_IGNORED,
+    BuildResult,
+    cache_key,
+    compiler_identity,
+)
+
+__all__ = [
+    "BUILD_FORMAT",
+    "DERIVED_SUITE_MANIFEST",
+    "HANDOFF_FORMAT",
+    "IGNORED",
+    "ROOT_IGNORED",
+    "BuildResult",
+    "Builder",
+    "cache_key",
+    "climbing_paths",
+    "compiled_levels",
+    "compiled_target",
+    "compiler_identity",
+    "derived_suite_script",
+    "outside_reads",
+]

@@ -1,0 +1,188 @@
+"""Published wheels as builds: each `wheel: <requirement>` entry of a matrix made into an extension and a build.
+
+The wheel is resolved for each Python the matrix's runtimes use (one file serves them all when it is abi3) and
+downloaded once. Nothing in it is compiled, and nothing the configuration says is taken as its build torch B or
+target T: both are read from the artifact. T is the stable-ABI level of the newest shim it imports (what it needs
+from a runtime); B is the torch its metadata pins exactly, else the oldest release of the matrix that exports
+every shim it imports (standing in for the torch it was built with: the reference its operators are compared
+with). Its declared torch requirement is recorded and reported, never obeyed: the runtime's torch is the one
+under test. It brings no suite: the derived suite
+(torch_abi_harness/execute/wheel_suite) loads each extension module and
+compares what it registers with what it registers on B.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import zipfile
+from email.parser import Parser
+from importlib import resources
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.version import Version
+
+from torch_abi_harness.config import BuildSpec, Extension, Matrix, PublishedFacts, PublishedRequest, is_path
+from torch_abi_harness.core.errors import ResolutionError
+from torch_abi_harness.core.versions import ApiLevel
+from torch_abi_harness.provision.published import PublishedWheel, resolve
+from torch_abi_harness.provision.sources import resolve_sources
+from torch_abi_harness.static.manifest import Manifest, packaged_manifest
+from torch_abi_harness.static.predict import ArtifactImports
+from torch_abi_harness.static.symbols import SharedObject, read_artifact
+
+log = logging.getLogger(__name__)
+
+SUITE = "wheel_suite"  # torch_abi_harness/execute/wheel_suite: the derived suite
+
+
+def derived_suite() -> Path:
+    return Path(str(resources.files("torch_abi_harness.execute").joinpath(SUITE)))
+
+
+@dataclasses.dataclass(frozen=True)
+class WheelReading:
+    """What the artifact says of itself: the level it needs, the torch it names, its modules."""
+
+    target: ApiLevel | None  # None: it imports no stable shim
+    newest: tuple[str, Version] | None  # the newest shim it imports and the release that first exported it
+    torch_pin: str | None  # its Requires-Dist on torch, as written
+    pinned: Version | None  # the release that pin names exactly (torch==2.11.0), else None
+    stable: bool  # it imports no unstable C++ symbol
+
+
+def read_wheel(path: Path, objects: list[SharedObject], manifest: Manifest) -> WheelReading:
+    imports = ArtifactImports.of(objects)
+    introduced = sorted(
+        (Version(facts.first_exported), name)
+        for name in imports.stable
+        if name in manifest and (facts := manifest[name]).first_exported
+    )
+    newest = (introduced[-1][1], introduced[-1][0]) if introduced else None
+    pin, pinned = torch_requirement(path)
+    return WheelReading(ApiLevel.of(newest[1]) if newest else None, newest, pin, pinned, not imports.unstable)
+
+
+def torch_requirement(path: Path) -> tuple[str | None, Version | None]:
+    """The wheel's Requires-Dist on torch (with no extra), and the release it pins exactly, if it does."""
+    with zipfile.ZipFile(path) as wheel:
+        name = next((n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")), None)
+        text = wheel.read(name).decode(errors="replace") if name else ""
+    for line in Parser().parsestr(text).get_all("Requires-Dist") or ():
+        try:
+            requirement = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if requirement.name.lower() != "torch" or (requirement.marker and "extra" in str(requirement.marker)):
+            continue
+        exact = [s.version for s in requirement.specifier if s.operator in ("==", "===") and "*" not in s.version]
+        return str(requirement), Version(exact[0]) if exact else None
+    return None, None
+
+
+def runtime_pythons(matrix: Matrix) -> list[str]:
+    """The CPython versions the matrix's runtimes use (an interpreter given by path counts as the matrix's)."""
+    found = {_python_of(r.python, matrix.python) for r in matrix.runtimes}
+    return sorted(found, key=lambda p: tuple(int(x) for x in p.rstrip("t").split(".")))
+
+
+def with_published(matrix: Matrix, cache: Path) -> Matrix:
+    """The matrix with every published-wheel entry made into an extension and its builds: one build per distinct
+    file; when the release ships a file per CPython, each build runs on the runtimes of its own CPython."""
+    if not matrix.published:
+        return matrix
+    sources = resolve_sources(matrix.sources)
+    manifest = packaged_manifest()
+    extensions, builds = dict(matrix.extensions), list(matrix.builds)
+    for request in matrix.published:
+        files: dict[Path, tuple[PublishedWheel, list[str]]] = {}
+        refused: dict[str, str] = {}  # python -> why the sources serve no file for it
+        for python in runtime_pythons(matrix):
+            try:
+                wheel = resolve(request.requirement, python, sources, cache)
+            except ResolutionError as exc:
+                refused[python] = str(exc)
+                continue
+            files.setdefault(wheel.path, (wheel, []))[1].append(python)
+        if not files:  # why, in the resolver's words (once each: an unknown name reads the same for every Python)
+            raise ResolutionError(f"{request.where}: " + "\n".join(dict.fromkeys(refused.values())))
+        for why in dict.fromkeys(refused.values()):
+            log.warning("%s: %s", request.where, why)
+        unserved = list(refused)
+        for wheel, pythons in files.values():
+            python = matrix.python if matrix.python in pythons else pythons[0]
+            several = len(files) > 1
+            releases = sorted({r.torch for r in matrix.runtimes if _python_of(r.python, matrix.python) in pythons})
+            extension, spec = _build_of(request, wheel, python, releases, manifest, tuple(unserved))
+            spec = dataclasses.replace(spec, own_python_only=several)
+            extensions[extension.name if not several else f"{extension.name} (py{python})"] = extension
+            builds.append(spec)
+    return dataclasses.replace(matrix, extensions=extensions, builds=tuple(builds))
+
+
+def _python_of(request: str | None, default: str) -> str:
+    return request if request and not is_path(request) else default
+
+
+def _build_of(
+    request: PublishedRequest,
+    wheel: PublishedWheel,
+    python: str,
+    releases: list[Version],
+    manifest: Manifest,
+    unserved: tuple[str, ...],
+) -> tuple[Extension, BuildSpec]:
+    """The extension and build of one file: B among the releases the matrix runs on the file's CPythons (its env is
+    one the runtimes make anyway)."""
+    objects = [o for o in read_artifact(wheel.path) if o.name.endswith(".so") or ".so." in o.name]
+    reading = read_wheel(wheel.path, objects, manifest)
+    if not objects:
+        raise ResolutionError(
+            f"{request.where}: {wheel.filename} holds no shared object: nothing in it uses the stable ABI"
+        )
+    if reading.newest is not None:
+        shim, first = reading.newest
+        target_from = f"read from the wheel: it imports {shim}, first exported in torch {first}"
+    else:
+        first = releases[0]
+        target_from = "it imports no stable shim (not a stable-ABI wheel): no target"
+    if reading.pinned is not None:
+        torch, torch_from = reading.pinned, f"its metadata pins {reading.torch_pin}"
+    else:
+        served = [r for r in releases if r >= first]
+        torch = served[0] if served else first
+        said = f"it requires {reading.torch_pin}" if reading.torch_pin else "its metadata names no torch"
+        torch_from = f"{said}; torch {torch}, the oldest release here that exports every shim it imports, stands in"
+    facts = PublishedFacts(
+        request.requirement,
+        wheel.filename,
+        wheel.url,
+        wheel.sha256,
+        reading.torch_pin,
+        torch_from,
+        target_from,
+        unserved,
+    )
+    extension = Extension(
+        name=f"{wheel.project}-{wheel.version}",
+        module="",  # the derived suite loads each module as its own test case
+        min_target=reading.target or ApiLevel.of(torch),
+        stable=reading.stable,
+        recipe="wheel",
+        root=wheel.path.parent,
+        tests=derived_suite(),
+        wheel=wheel.path,
+        published=facts,
+    )
+    spec = BuildSpec(extension, torch, "auto", reading.target, request.runtimes, request.cuda, python)
+    log.info(
+        "%s: %s; build torch %s (%s); target %s (%s)",
+        request.requirement,
+        wheel.filename,
+        torch,
+        torch_from,
+        reading.target,
+        target_from,
+    )
+    return extension, spec

@@ -1,0 +1,447 @@
+"""`run` and `plan`, and what `gate` shares with them: the commands that select cells of the matrix, and run them
+or say how they would."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from pathlib import Path
+from typing import NamedTuple
+
+from rich.markup import escape
+
+from torch_abi_harness.builds.published import with_published
+from torch_abi_harness.cli.args import (
+    Command,
+    existing_dir,
+    positive_int,
+    positive_seconds,
+    shard_count,
+    shard_spec,
+    wheel_directory,
+)
+from torch_abi_harness.cli.console import (
+    ConsoleObserver,
+    annotate,
+    console,
+    emit_json,
+    finish,
+    notes,
+    print_grid,
+    print_plan,
+    print_preamble,
+)
+from torch_abi_harness.cli.reports import against_baseline
+from torch_abi_harness.config import DEFAULT_MATRIX, Matrix
+from torch_abi_harness.config.matrix import load_matrix, with_overrides
+from torch_abi_harness.core.errors import BadInputError, ExitCode
+from torch_abi_harness.core.files import writable_dir
+from torch_abi_harness.gate.candidate import with_candidate
+from torch_abi_harness.plan import Build, Plan, Runtime, make_plan
+from torch_abi_harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
+from torch_abi_harness.provision.sources import resolve_sources
+from torch_abi_harness.results.diff import load_run
+from torch_abi_harness.results.model import ReportError, RunResult
+from torch_abi_harness.run.shard import build_jobs, fan_out, measured_durations, plan_json, shard_plan, split
+from torch_abi_harness.static.op_calls import OpCall
+
+
+def matrix_options(p: argparse.ArgumentParser) -> None:
+    """The matrix, the cells of it (-k), the backend and where torch comes from: `run`, `gate`, `plan`."""
+    p.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX, help="the matrix file (default: %(default)s)")
+    p.add_argument(
+        "-k",
+        "--select",
+        action="append",
+        default=[],
+        metavar="SELECTOR",
+        help="matches any part of a cell id, * ? [...] as wildcards; repeat to add cells",
+    )
+    p.add_argument(
+        "--backend",
+        choices=["venv", "docker"],
+        default="venv",
+        help="where cells run: uv virtualenvs on this host, or hardened Docker containers (default: %(default)s)",
+    )
+    p.add_argument(
+        "--add-runtime",
+        action="append",
+        default=[],
+        metavar="RELEASE[:cuda]",
+        help="a runtime besides the matrix's, e.g. a pre-release or a release candidate (repeatable)",
+    )
+    p.add_argument(
+        "--candidate",
+        default=None,
+        metavar="RELEASE",
+        help="a release candidate on both axes: a runtime, and the build torch of every stable extension "
+        "at every target from its min_target to the candidate's level",
+    )
+    p.add_argument(
+        "--extra-index-url",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="another package index for torch (e.g. a nightly or test index; repeatable)",
+    )
+    p.add_argument(
+        "--find-links",
+        action="append",
+        type=wheel_directory,
+        default=[],
+        metavar="DIR",
+        help="a directory of wheels, e.g. a candidate torch wheel (repeatable)",
+    )
+    p.add_argument(
+        "--use-env",
+        action="append",
+        default=[],
+        metavar="PYTHON",
+        help="an existing environment's interpreter (a conda env, a source build, a machine image's Python): it "
+        "serves every build and runtime whose torch release, variant and Python it matches, instead of an env "
+        "made with uv; used as it is, never written to (repeatable; venv backend)",
+    )
+
+
+def selection_options(p: argparse.ArgumentParser) -> None:
+    """After -k: --rerun-failed narrows the cells, then --shard takes one part of them."""
+    p.add_argument(
+        "--rerun-failed",
+        type=Path,
+        default=None,
+        metavar="REPORT",
+        help="only the cells broken or errored in REPORT (a results.json or reports/<run-id>), within -k",
+    )
+    p.add_argument(
+        "--shard",
+        type=shard_spec,
+        default=None,
+        metavar="K/N",
+        help="only shard K of N: a deterministic part of the selected cells, balanced by estimated time",
+    )
+    p.add_argument(
+        "--by",
+        choices=["cells", "runtime"],
+        default="cells",
+        help="how --shard/--shards split the cells: balanced by time with a build's cells together, or every cell "
+        "of a runtime in one shard (a CI job then makes only its runtimes' envs) (default: %(default)s)",
+    )
+    p.add_argument(
+        "--durations",
+        type=Path,
+        default=None,
+        metavar="REPORT",
+        help="balance shards by the cells' times in REPORT (others: the cost model); default: the cost model",
+    )
+
+
+def executing_options(p: argparse.ArgumentParser) -> None:
+    """What running cells takes: `run` and `gate`."""
+    p.add_argument(
+        "--rerun-broken",
+        type=positive_int,
+        default=0,
+        metavar="N",
+        help="run a broken cell again up to N times; one that then keeps its promise is flaky (exit 0, named)",
+    )
+    p.add_argument(
+        "-j", "--jobs", type=positive_int, default=os.cpu_count() or 1, help="cells at once (default: cores)"
+    )
+    p.add_argument("--reports-dir", type=Path, default=Path("reports"), help="where reports go (default: %(default)s)")
+    p.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help="environments and builds (default: $HARNESS_CACHE_DIR or the user cache dir)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=positive_seconds,
+        default=None,
+        help="seconds per cell, over the matrix's settings.cell_timeout and an extension's own timeout",
+    )
+    p.add_argument(
+        "--no-python-downloads",
+        action="store_true",
+        help="a CPython the matrix names and this machine lacks is an error (exit 2) instead of one uv downloads "
+        "(sets uv's own UV_PYTHON_DOWNLOADS=never for every uv the harness runs)",
+    )
+    p.add_argument(
+        "--require-gpu",
+        action="store_true",
+        help="a cuda cell that finds no GPU is an ERROR (exit 3), not SKIPPED: for GPU runners",
+    )
+    p.add_argument(
+        "--require-toolchain",
+        action="store_true",
+        help="a build this machine lacks the C++ compiler, nvcc or CUDA headers for is an ERROR (exit 3), not "
+        "SKIPPED (default: SKIPPED with the reason and the fix; --require-gpu implies it)",
+    )
+    p.add_argument(
+        "--executor",
+        choices=["forkserver", "fresh"],
+        default=None,
+        help="venv backend: fork each cell from one process per runtime that imported torch and pytest once, "
+        "or start a fresh interpreter per cell (default: forkserver; cuda runtimes always run fresh)",
+    )
+    p.add_argument(
+        "--docker-route",
+        choices=["mounted", "baked"],
+        default=None,
+        help="docker backend: mount each release's host env read-only, or bake an image per release "
+        "(default: the matrix's docker.route, else mounted)",
+    )
+    p.add_argument(
+        "--keep-containers",
+        action="store_true",
+        help="docker backend, for debugging: leave each cell's container behind (stopped) instead of removing it",
+    )
+    p.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="a previous run (results.json or its directory): write diff.md/diff.json against it",
+    )
+
+
+def add_run(command: Command) -> None:
+    run = command("run", help="build, run and report the matrix")
+    matrix_options(run)
+    selection_options(run)
+    executing_options(run)
+    run.add_argument(
+        "--prebuilt",
+        type=existing_dir,
+        default=None,
+        metavar="DIR",
+        help="take the builds from DIR, as `build --out DIR` jobs handed them on, instead of building here (no build "
+        "torch env is made); a build missing there is ERROR in its cells",
+    )
+    run.add_argument(
+        "--json",
+        action="store_true",
+        help="results.json's document on stdout when the run ends (the progress and the grid go to stderr)",
+    )
+    run.set_defaults(handler=cmd_run)
+
+
+def add_plan(command: Command) -> None:
+    plan = command("plan", help="print the selected cells and what each is promised; do nothing else")
+    matrix_options(plan)
+    selection_options(plan)
+    plan.add_argument(
+        "--shards",
+        type=shard_count,
+        default=None,
+        metavar="N",
+        help="how the selected cells split into N shards; with --json, a job matrix for a CI fan-out "
+        "(--by runtime without --shards: one shard per runtime)",
+    )
+    plan.add_argument(
+        "--build-jobs",
+        action="store_true",
+        help="with --json: the job matrix of the build jobs, one per build torch (each runs `build --torch T`)",
+    )
+    plan.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    plan.set_defaults(handler=cmd_plan)
+
+
+def add_build(command: Command) -> None:
+    build = command(
+        "build",
+        help="a CI graph's build job: make the plan's builds on one build torch and hand them on to `run --prebuilt`",
+    )
+    matrix_options(build)
+    build.add_argument(
+        "--torch", required=True, metavar="RELEASE", help="the build torch whose builds to make (`plan --build-jobs`)"
+    )
+    build.add_argument(
+        "--out", type=Path, required=True, metavar="DIR", help="where each build's wheel, log and handoff.json go"
+    )
+    build.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help="environments and builds (default: $HARNESS_CACHE_DIR or the user cache dir)",
+    )
+    build.add_argument(
+        "-j", "--jobs", type=positive_int, default=os.cpu_count() or 1, help="builds at once (default: cores)"
+    )
+    build.set_defaults(handler=cmd_build, rerun_failed=None, shard=None, durations=None, by="cells")
+
+
+def load_matrix_with_overrides(args: argparse.Namespace) -> Matrix:
+    """The matrix as a command runs it: overrides applied, published wheels resolved (downloaded once into the
+    cache), the candidate's probe added."""
+    if args.use_env and args.backend != "venv":
+        raise BadInputError("--use-env is for the venv backend: the docker backend runs the envs it makes or images")
+    matrix = with_overrides(
+        load_matrix(args.matrix), args.add_runtime, args.extra_index_url, args.find_links, args.use_env
+    )
+    cache = (getattr(args, "cache_dir", None) or default_cache_dir()).absolute()
+    matrix = with_published(matrix, cache)
+    if not args.candidate:
+        return matrix
+    return with_candidate(matrix, args.candidate, cache / "header-probes")
+
+
+def durations_of(args: argparse.Namespace) -> dict[str, float] | None:
+    """--durations: each cell's time in a previous run, to balance shards by (None: the cost model)."""
+    return measured_durations(load_run(args.durations)) if args.durations else None
+
+
+def selected_plan(args: argparse.Namespace) -> Plan:
+    """The cells this invocation is about: -k selectors, then --rerun-failed, then --shard.
+    When --rerun-failed leaves none, it says so (on stderr) and the plan is empty."""
+    matrix = load_matrix_with_overrides(args)
+    plan = make_plan(matrix, args.select, args.backend)
+    durations = durations_of(args)
+    if args.rerun_failed is not None:
+        failed = load_run(args.rerun_failed).failed_ids
+        gone = sorted(failed - {c.id for c in make_plan(matrix, (), args.backend).cells})
+        if gone:
+            notes.print(
+                f"[yellow]warning[/]: {len(gone)} failed cell(s) of {escape(str(args.rerun_failed))} are not in "
+                f"{escape(matrix.path.name)}: {escape(', '.join(gone))}"
+            )
+        plan = plan.only(failed)
+        if not plan.cells:
+            where = "of the matrix selected" if failed else "was broken or errored"
+            notes.print(f"no cell of {escape(str(args.rerun_failed))} {where}: nothing to rerun (exit 0)")
+    if args.shard is not None:
+        shard = dataclasses.replace(args.shard, by=args.by)
+        plan = shard_plan(plan, shard, durations)
+    return plan
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    plan = selected_plan(args)
+    if args.rerun_failed is not None and not plan.cells:  # pytest --lf would run everything; this runs nothing
+        return int(ExitCode.OK)
+    baseline = load_run(args.baseline) if args.baseline else None  # a bad baseline fails before any work
+    run, run_dir, _, _ = execute(args, plan)
+    if baseline is not None:
+        against_baseline(baseline, run, run_dir)
+    code = finish(run, run_dir)
+    if args.json:
+        emit_json(run.to_json())
+    return code
+
+
+class Executed(NamedTuple):
+    """A run as `run` and `gate` read it: its results, its report directory, and what its builds showed."""
+
+    run: RunResult
+    run_dir: Path
+    op_calls: dict[str, frozenset[OpCall]]  # per extension: the ops its builds call by name
+    build_seconds: dict[str, float]  # per extension: the time its builds took (0 when cached)
+
+
+def execute(args: argparse.Namespace, plan: Plan) -> Executed:
+    """Build, run and report the plan's cells (`run`, `gate`); the grid is printed, the report written."""
+    # Only the commands that run cells load the pipeline (executors, builds, the report writers): ~0.4 s.
+    from torch_abi_harness.run.cells import RunOptions
+    from torch_abi_harness.run.pipeline import Pipeline, make_backend
+
+    matrix = plan.matrix
+    if args.no_python_downloads:
+        os.environ["UV_PYTHON_DOWNLOADS"] = "never"  # uv's own switch: the interpreter lookup and uv itself read it
+    cache_dir = (args.cache_dir or default_cache_dir()).absolute()  # cells run in their own directory
+    writable_dir(args.reports_dir, "--reports-dir")
+    writable_dir(cache_dir, "--cache-dir" if args.cache_dir else "the cache directory ($HARNESS_CACHE_DIR)")
+    options = RunOptions(
+        reports_dir=args.reports_dir,
+        cache_dir=cache_dir,
+        jobs=args.jobs,
+        cell_timeout=args.timeout,
+        require_gpu=args.require_gpu,
+        rerun_broken=args.rerun_broken,
+        require_toolchain=args.require_toolchain or args.require_gpu,
+        prebuilt=getattr(args, "prebuilt", None),
+    )
+    if args.executor and args.backend != "venv":
+        raise BadInputError(
+            f"--executor {args.executor} is for the venv backend; --backend docker runs a container per cell"
+        )
+    executor = args.executor or "forkserver"
+    backend = make_backend(args.backend, matrix, options.cache_dir, args.docker_route, args.keep_containers, executor)
+    how = f"{executor} processes" if args.backend == "venv" else "one container per cell"
+    shard = f", shard {plan.shard} of {len(plan.unsharded or ())}" if plan.shard else ""
+    print_preamble(plan, f"(backend {args.backend}, {how}, {args.jobs} at a time{shard})")
+    observer = ConsoleObserver()
+    pipeline = Pipeline(plan, options, observer, backend)
+    try:
+        run, run_dir = pipeline.execute()
+    except ReportError as exc:  # the results are in hand: show them, then say what could not be written
+        observer.close()
+        print_grid(exc.run)
+        raise
+    observer.close()
+    print_grid(run)
+    annotate(run)
+    return Executed(run, run_dir, pipeline.op_calls, pipeline.build_seconds)
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    """Make the builds of one build torch and hand them on; exit 3 when one failed for the infrastructure's sake."""
+    from torch_abi_harness.execute.venv import VenvBackend  # the executors only for the commands that build or run
+    from torch_abi_harness.run.prepare import Preparer
+
+    plan = selected_plan(args)
+    cache_dir = (args.cache_dir or default_cache_dir()).absolute()
+    writable_dir(cache_dir, "--cache-dir" if args.cache_dir else "the cache directory ($HARNESS_CACHE_DIR)")
+    args.out.mkdir(parents=True, exist_ok=True)
+    writable_dir(args.out, "--out")
+    observer = ConsoleObserver()
+    try:
+        results = Preparer(plan, cache_dir, args.jobs, observer, VenvBackend()).build_on(args.torch, args.out)
+    finally:
+        observer.close()
+    console.print(f"{len(results)} build(s) of torch {escape(args.torch)} handed on in {escape(str(args.out))}")
+    failed = [r for r in results.values() if r.infrastructure]
+    return int(ExitCode.INFRASTRUCTURE if failed else ExitCode.OK)
+
+
+def print_existing_envs(plan: Plan) -> None:
+    """`plan --use-env`: each existing env asked what it holds, and the builds and runtimes it serves (a mismatch is
+    exit 2 here, before any run)."""
+    if not plan.matrix.sources.environments:
+        return
+    envs = EnvManager(default_cache_dir(), resolve_sources(plan.matrix.sources))
+    items: tuple[Build | Runtime, ...] = (*plan.needed_builds, *plan.needed_runtimes)
+    specs = [EnvSpec(x.torch, x.variant, x.python, x.interpreter) for x in items]
+    envs.check_existing(specs)
+    for found in envs.existing_envs():
+        served = [
+            x.id
+            for x, s in zip(items, specs, strict=True)
+            if found.mismatch(s.torch, s.variant, s.python, s.interpreter) is None
+        ]
+        console.print(f"== existing env {escape(found.describe())} serves: {escape(', '.join(served))}")
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    if args.shards is not None and args.shard is not None:
+        raise BadInputError("plan: --shards N (the whole partition) and --shard K/N (one part) exclude each other")
+    if args.build_jobs and not args.json:
+        raise BadInputError("plan: --build-jobs is a job matrix: add --json")
+    plan = selected_plan(args)
+    durations = durations_of(args)
+    fans_out = args.shards is not None or (args.by == "runtime" and args.shard is None)
+    if args.json:
+        if args.build_jobs:
+            emit_json(build_jobs(plan))
+        else:
+            emit_json(fan_out(plan, args.shards, durations, args.by) if fans_out else plan_json(plan))
+        return int(ExitCode.OK)
+    print_preamble(plan, "(dry run: nothing is built or run)")
+    print_existing_envs(plan)
+    if fans_out:
+        for part in split(plan, args.shards, args.by, durations):
+            console.print(
+                f"   shard {part.shard}: {len(part.cells)} cell(s), {part.builds} build(s), ~{part.seconds:.0f} s"
+            )
+        return int(ExitCode.OK)
+    print_plan(plan)
+    return int(ExitCode.OK)

@@ -1,0 +1,96 @@
+"""Every process the harness starts for a run (uv, compilers, cells) in its own process group,
+registered so that an interrupt stops all of them at once and nothing is left behind.
+
+Stop state belongs to one run: `Pipeline` resets it when a run starts, so an interrupted run
+does not poison the next one in the same process (the tests run several).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from torch_abi_harness.core.errors import HarnessError
+
+log = logging.getLogger(__name__)
+
+KILL_GRACE_SECONDS = 5.0
+
+
+class Interrupted(HarnessError):
+    """The run is stopping: no new process is started."""
+
+
+class ProcessRegistry:
+    """Process groups of the running commands; stop_all() ends them and refuses new ones."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._groups: set[int] = set()
+        self.stopping = threading.Event()
+
+    def reset(self) -> None:
+        """A new run starts: forget an earlier run's stop."""
+        self.stopping.clear()
+
+    def popen(self, argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[Any]:
+        """Start argv as the leader of a new session (so a terminal's Ctrl-C reaches the harness,
+        which stops it, not the command) and register its group."""
+        with self._lock:
+            if self.stopping.is_set():
+                raise Interrupted(f"not started, the run is stopping: {argv[0]}")
+            proc = subprocess.Popen(list(argv), start_new_session=True, **kwargs)
+            self._groups.add(proc.pid)
+        return proc
+
+    def release(self, proc: subprocess.Popen[Any]) -> None:
+        """The command ended: kill what it left in its group, and forget the group."""
+        kill_group(proc.pid, signal.SIGKILL)
+        with self._lock:
+            self._groups.discard(proc.pid)
+
+    def stop_all(self, grace: float = 1.0) -> None:
+        """SIGTERM every group, SIGKILL what is left after grace seconds; refuse new commands."""
+        with self._lock:
+            self.stopping.set()
+            groups = list(self._groups)
+        if not groups:
+            return
+        log.info("stopping %d running command(s)", len(groups))
+        terminate_groups(groups, grace)
+
+
+def terminate_groups(groups: Sequence[int], grace: float) -> None:
+    """SIGTERM each process group, SIGKILL what is left after grace seconds (at once when grace is 0)."""
+    if grace > 0:
+        for pgid in groups:
+            kill_group(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(group_alive(g) for g in groups):
+            time.sleep(0.05)
+    for pgid in groups:
+        kill_group(pgid, signal.SIGKILL)
+
+
+def kill_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+REGISTRY = ProcessRegistry()

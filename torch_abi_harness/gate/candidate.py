@@ -1,0 +1,144 @@
+"""A release candidate on both axes of the matrix (`run --candidate VERSION`).
+
+As a runtime it answers the backward question: do the builds made on older releases still load
+and pass on the candidate? As a build torch it answers the forward one, where a release itself can
+break the promise: every stable extension of the matrix is built with the candidate's headers at
+every target from the extension's min_target to the candidate's own level, and each such build runs
+on every runtime. A header whose version guard does not hold (a declaration visible at a target
+whose release does not export it) ships in the candidate and breaks every extension built on it for
+an older target: only a build on the candidate run on the older release shows it.
+
+So the candidate also brings the header probe (torch_abi_harness.gate.probe_extension): an extension generated from
+its own headers that references every declaration they make visible at each target, built on the
+candidate at each target and run on that target's release and later ones. Its headers come from the
+packaged visibility data for a release the harness has preprocessed, else from the candidate's env.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+
+from packaging.version import Version
+
+from torch_abi_harness.config import BuildSpec, Matrix, RuntimeSpec
+from torch_abi_harness.config.extension import load_extension
+from torch_abi_harness.core.errors import ConfigError
+from torch_abi_harness.core.versions import ApiLevel, parse_release
+from torch_abi_harness.gate.probe_extension import probe_targets, with_header_probe, write_probe
+from torch_abi_harness.provision.envs import EnvManager, EnvSpec
+from torch_abi_harness.provision.sources import resolve_sources
+from torch_abi_harness.static.audit import DEVICES_WITHOUT_EXPORTS
+from torch_abi_harness.static.manifest import packaged_manifest
+from torch_abi_harness.static.visibility import (
+    OLDEST_TARGET,
+    Visibility,
+    find_cuda_include,
+    include_order,
+    packaged_visibility,
+    public_headers,
+    scan_include,
+)
+
+log = logging.getLogger(__name__)
+
+
+def candidate_extensions(matrix: Matrix) -> list[str]:
+    """The stable extensions the matrix builds from source, in the matrix's order: negative controls
+    (`expect:`) fail by design and a prebuilt wheel (`recipe: wheel`) cannot be built again."""
+    names = dict.fromkeys(b.extension.name for b in matrix.builds)
+    return [
+        n
+        for n in names
+        if (ext := matrix.extensions[n]).stable and ext.expect is None and ext.wheel is None and ext.recipe != "wheel"
+    ]
+
+
+def with_candidate(matrix: Matrix, version: str, probes: Path | None = None) -> Matrix:
+    """The matrix plus the candidate as a runtime and as the build torch of every stable extension at every
+    target from its min_target to the candidate's level (builds the matrix already has are not repeated);
+    with probes (a directory for generated extensions), the candidate's header probe too."""
+    try:
+        release = parse_release(version)
+    except ValueError as exc:
+        raise ConfigError("command line", [f"--candidate {version!r}: {exc}"]) from exc
+    level = ApiLevel.of(release)
+    runtimes = list(matrix.runtimes)
+    runtime = RuntimeSpec(release)
+    if all(r.key != runtime.key for r in runtimes):
+        runtimes.append(runtime)
+    builds = list(matrix.builds)
+    seen = {_key(b) for b in builds}
+    problems: list[str] = []
+    for name in candidate_extensions(matrix):
+        extension = matrix.extensions[name]
+        if extension.min_target > level:
+            problems.append(
+                f"--candidate {version}: extension {name!r} needs at least level {extension.min_target} "
+                f"(its min_target); the candidate is {level}"
+            )
+            continue
+        for minor in range(extension.min_target.minor, level.minor + 1):
+            target = ApiLevel(level.major, minor)
+            build = BuildSpec(extension, release, target=target)
+            if _key(build) not in seen:
+                seen.add(_key(build))
+                builds.append(build)
+    if problems:
+        raise ConfigError("command line", problems)
+    matrix = dataclasses.replace(matrix, runtimes=tuple(runtimes), builds=tuple(builds), candidate=str(release))
+    return matrix if probes is None else add_header_probe(matrix, release, probes)
+
+
+def add_header_probe(matrix: Matrix, release: Version, probes: Path) -> Matrix:
+    """The matrix plus the candidate's header probe, one build per target of its headers (none, with a warning,
+    when its headers cannot be read yet: a release the harness never preprocessed whose env is not made)."""
+    found = candidate_headers(matrix, release, probes.parent)
+    if found is None:
+        log.warning(
+            "torch %s: no header probe in this run: its headers were never preprocessed by this harness and its "
+            "env is not made yet (`gate` makes it first; a later run finds it)",
+            release,
+        )
+        return matrix
+    headers, visibility = found
+    targets = probe_targets(visibility, oldest_served(matrix), other_platforms(str(release), visibility.names()))
+    extension = load_extension(write_probe(probes, str(release), headers, targets))
+    return with_header_probe(matrix, release, extension, [t.target for t in targets])
+
+
+def other_platforms(release: str, names: list[str]) -> frozenset[str]:
+    """The declarations the manifest records for a device no Linux wheel exports (mps, xpu) in that release."""
+    manifest = packaged_manifest()
+    found = set()
+    for name in names:
+        declaration = manifest[name].declaration_in(release) if name in manifest else None
+        if declaration is not None and declaration["device"] in DEVICES_WITHOUT_EXPORTS:
+            found.add(name)
+    return frozenset(found)
+
+
+def oldest_served(matrix: Matrix) -> ApiLevel:
+    """The oldest target a candidate is asked to serve: the oldest release the matrix runs (never below the
+    oldest target a build can ask for)."""
+    return max(OLDEST_TARGET, min(ApiLevel.of(r.torch) for r in matrix.runtimes))
+
+
+def candidate_headers(matrix: Matrix, release: Version, cache_dir: Path) -> tuple[list[str], Visibility] | None:
+    """The headers the probe includes (in the order an extension reaches the C shims) and what they declare at
+    each target: the packaged data for a release it holds, else the candidate's env scanned, if it is made."""
+    packaged = packaged_visibility().get(str(release))
+    if packaged is not None:
+        entries = {chain[0] for name, chain in packaged.chains.items() if chain and name in packaged.cpu}
+        return sorted(entries, key=include_order), packaged
+    env = EnvManager(cache_dir, resolve_sources(matrix.sources)).cached(EnvSpec(release, "auto", matrix.python))
+    if env is None:
+        return None
+    include = env.torch_lib.parent / "include"
+    visibility = scan_include(include, str(release), cuda_include=find_cuda_include())
+    return public_headers(include, cuda=False), visibility
+
+
+def _key(build: BuildSpec) -> tuple[str, str, str, str, str | None]:
+    return (build.extension.name, str(build.torch), build.variant, str(build.target or ""), build.python)

@@ -1,0 +1,438 @@
+"""The release gate: GO or NO-GO for a torch release candidate, each reason with its evidence.
+
+Three sources of evidence, combined:
+
+1. `abi-diff` of the previous release against the candidate (its wheel, or the manifest's release):
+   a removed stable export or a changed signature breaks every binary that uses it.
+2. The matrix run with the candidate on both axes (`run --candidate`): a broken promise in either
+   direction, an old build on the candidate (backward) or a build on the candidate's headers on an
+   older release (forward), with the missing symbols or failing tests that show it. A known break
+   that holds is listed apart; one that expired is a reason, by name.
+3. The diff against the previous release's run (a baseline): which broken cells are new, what got fixed.
+4. The candidate's headers (torch_abi_harness.gate.evidence): every declaration visible at a target whose
+   release does not export it, unless a known break's `symbols:` acknowledge it; the header probe's cells
+   (built from those headers, run on each older release), which name the symbols the headers lied about.
+5. Its op schemas against the previous release's: a removed or incompatibly changed op that an extension
+   of the matrix calls by name; the other breaking changes are listed as at risk, by namespace.
+
+NO-GO when any reason stands (exit 1); GO when none does and every cell reached a verdict (exit 0);
+UNDECIDED when no reason stands but some cell errored or the run was interrupted (exit 3): the
+harness could not look everywhere, so it says nothing either way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from torch_abi_harness.config import is_header_probe
+from torch_abi_harness.core.errors import BadInputError, ExitCode
+from torch_abi_harness.core.text import md_text
+from torch_abi_harness.core.versions import release_of
+from torch_abi_harness.gate.evidence import HeaderClaim, OpEvidence, probe_cells
+from torch_abi_harness.results.diff import RunDiff
+from torch_abi_harness.results.known_breaks import Outcome, State, outcomes
+from torch_abi_harness.results.model import CellResult, RunResult
+from torch_abi_harness.static.abi_diff import AbiDiff
+from torch_abi_harness.static.manifest import open_torch_wheel
+from torch_abi_harness.verdict import Verdict
+
+GATE_JSON_VERSION = 2  # 2: headers, probe_cells, op_schemas, counts, removed_exports, broken_cells, timings
+
+
+class Decision(enum.StrEnum):
+    GO = "GO"
+    NO_GO = "NO-GO"
+    UNDECIDED = "UNDECIDED"
+
+
+EXIT = {Decision.GO: ExitCode.OK, Decision.NO_GO: ExitCode.BROKEN, Decision.UNDECIDED: ExitCode.INFRASTRUCTURE}
+
+
+@dataclasses.dataclass(frozen=True)
+class Reason:
+    """One reason against the candidate and the evidence for it (one line per export, signature or cell)."""
+
+    title: str
+    evidence: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"title": self.title, "evidence": list(self.evidence)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Gate:
+    candidate: str
+    previous: str
+    decision: Decision
+    reasons: tuple[Reason, ...]
+    evidence: tuple[str, ...]  # what was looked at and what it showed, for GO and NO-GO alike
+    known_breaks: tuple[str, ...]  # accepted known breaks: listed apart, never reasons
+    warnings: tuple[str, ...]  # fixed or unmatched known_breaks entries
+    run_id: str
+    baseline: str | None
+    data: dict[str, Any] = dataclasses.field(default_factory=dict)  # the structured evidence of gate.json
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return EXIT[self.decision]
+
+    @property
+    def summary(self) -> str:
+        if self.decision is Decision.GO:
+            return f"torch {self.candidate} keeps the stable-ABI promise in both directions: GO."
+        if self.decision is Decision.NO_GO:
+            return f"torch {self.candidate} breaks the stable-ABI promise: NO-GO ({len(self.reasons)} reason(s))."
+        return f"torch {self.candidate}: no break found, but the run is incomplete: UNDECIDED (exit 3)."
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": GATE_JSON_VERSION,
+            "candidate": self.candidate,
+            "previous": self.previous,
+            "decision": self.decision.value,
+            "exit_code": int(self.exit_code),
+            "summary": self.summary,
+            "reasons": [r.to_json() for r in self.reasons],
+            "evidence": list(self.evidence),
+            "known_breaks": list(self.known_breaks),
+            "warnings": list(self.warnings),
+            "run_id": self.run_id,
+            "baseline": self.baseline,
+            **self.data,
+        }
+
+    def markdown(self) -> str:
+        """gate.md, which workflows post to the job summary: every text that comes from a cell (its reason, the
+        tests it names) is escaped as summary.md escapes it (core.text), so it cannot inject markup."""
+        title = f"# Release gate: torch {md_text(self.candidate)} (against {md_text(self.previous)})"
+        lines = [f"{title}: **{self.decision.value}**", "", md_text(self.summary), ""]
+        if self.reasons:
+            lines += ["## Why not", ""]
+            for reason in self.reasons:
+                lines.append(f"- ❌ **{md_text(reason.title)}**")
+                lines += [f"  - {md_text(item)}" for item in reason.evidence]
+            lines.append("")
+        lines += ["## Evidence", "", *(f"- {md_text(item)}" for item in self.evidence), ""]
+        if self.known_breaks:
+            lines += ["## Known breaks (accepted until they expire; not reasons)", ""]
+            lines += [f"- 🩹 {md_text(item)}" for item in self.known_breaks]
+            lines.append("")
+        if self.warnings:
+            lines += ["## Warnings", "", *(f"- ⚠️ {md_text(item)}" for item in self.warnings), ""]
+        return "\n".join(lines)
+
+
+def direction(cell: CellResult, candidate: str) -> str:
+    """Which way a cell tests the candidate: built on it (forward), run on it (backward), or neither."""
+    built, runs = _release(cell.build_torch) == candidate, _release(cell.runtime_torch) == candidate
+    if built and runs:
+        return "built and run on the candidate"
+    if built:
+        return (
+            f"forward: built on the candidate for target {cell.target or 'its own level'}, run on {cell.runtime_torch}"
+        )
+    if runs:
+        return f"backward: built on {cell.build_torch}, run on the candidate"
+    return "not the candidate's cell"
+
+
+def evidence_of(cell: CellResult, candidate: str, new: bool | None) -> str:
+    """A broken cell as evidence: what happened, the symbols it misses (and who first exports each), the tests."""
+    parts = [f"{cell.id}: {cell.status.value}: {cell.reason}", direction(cell, candidate)]
+    missing = cell.prediction.missing if cell.prediction else ()
+    if missing:
+        parts.append(
+            "missing " + ", ".join(f"{m.name} (first exported by {m.introduced or 'no release'})" for m in missing)
+        )
+    elif cell.missing_symbol:
+        parts.append(f"missing {cell.missing_symbol}")
+    if cell.failing_tests:
+        shown = ", ".join(cell.failing_tests[:5]) + (
+            f" (+{len(cell.failing_tests) - 5})" if len(cell.failing_tests) > 5 else ""
+        )
+        parts.append(f"failing tests {shown}")
+    if new is not None:
+        parts.append("new since the baseline" if new else "broken in the baseline too")
+    return "; ".join(parts)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReleaseEvidence:
+    """What the gate read besides abi-diff and the matrix: the candidate's headers and op schemas."""
+
+    headers: tuple[HeaderClaim, ...] = ()
+    headers_audited: bool = False
+    ops: OpEvidence | None = None
+    timings: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+def decide(
+    candidate: str,
+    previous: str,
+    abi: AbiDiff,
+    run: RunResult,
+    diff: RunDiff | None,
+    release: ReleaseEvidence | None = None,
+) -> Gate:
+    """NO-GO on any reason (the stable surface, the headers, a broken promise, a called op broken, an expired
+    known break); else UNDECIDED when a cell errored or the run was interrupted (the matrix did not say
+    everything); else GO."""
+    read = _release_evidence(release, run) if release is not None else []
+    release = release or ReleaseEvidence()
+    known = outcomes(run.known_breaks, run.cells)
+    reasons = [
+        *_abi_reasons(abi),
+        *_header_reasons(release.headers),
+        *_probe_reasons(run),
+        *_matrix_reasons(run, candidate, diff, known),
+        *_op_reasons(release.ops),
+    ]
+    evidence = [_abi_evidence(abi), *read, *_matrix_evidence(run, candidate, diff)]
+    errors = [c for c in run.cells if c.verdict is Verdict.ERROR]
+    if reasons:
+        decision = Decision.NO_GO
+    elif errors or run.interrupted:
+        decision = Decision.UNDECIDED
+        evidence.append(
+            f"incomplete: {len(errors)} cell(s) ended in a harness error"
+            + (" and the run was interrupted" if run.interrupted else "")
+            + ": "
+            + ", ".join(c.id for c in errors[:5])
+        )
+    else:
+        decision = Decision.GO
+    acknowledged = [
+        f"header finding {c.name} (targets {', '.join(c.targets)}): acknowledged by known break {c.acknowledged_by}"
+        for c in release.headers
+        if c.acknowledged_by
+    ]
+    return Gate(
+        candidate=candidate,
+        previous=previous,
+        decision=decision,
+        reasons=tuple(reasons),
+        evidence=tuple(evidence),
+        known_breaks=tuple(o.line() for o in known if o.state is State.ACCEPTED) + tuple(acknowledged),
+        warnings=tuple(o.line() for o in known if o.state in (State.FIXED, State.UNMATCHED)),
+        run_id=run.run_id,
+        baseline=diff.baseline if diff else None,
+        data=_structured(abi, run, release),
+    )
+
+
+def _structured(abi: AbiDiff, run: RunResult, release: ReleaseEvidence) -> dict[str, Any]:
+    """gate.json's evidence as data: what a dashboard or a release tool reads instead of the prose."""
+    return {
+        "counts": run.counts(),
+        "removed_exports": list(abi.removed_exports),
+        "changed_signatures": [{"name": c.name, "old": c.old, "new": c.new} for c in abi.changed_signatures],
+        "broken_cells": [
+            {"id": c.id, "status": c.status.value, "reason": c.reason, "missing": list(c.missing_names)}
+            for c in run.cells
+            if c.verdict is Verdict.BROKEN
+        ],
+        "headers": {"audited": release.headers_audited, "findings": [c.to_json() for c in release.headers]},
+        "probe_cells": [p.to_json() for p in probe_cells(run.cells)],
+        "op_schemas": release.ops.to_json() if release.ops else None,
+        "timings": {k: round(v, 2) for k, v in release.timings.items()},
+    }
+
+
+def _header_reasons(claims: Sequence[HeaderClaim]) -> list[Reason]:
+    open_claims = [c for c in claims if not c.acknowledged_by]
+    plain = [c for c in open_claims if not c.expired]
+    reasons: list[Reason] = []
+    if plain:
+        new = sum(not c.inherited for c in plain)
+        reasons.append(
+            Reason(
+                f"the candidate's headers show {len(plain)} declaration(s) at a target whose release does not export "
+                f"them ({new} new in the candidate, {len(plain) - new} inherited from the previous release): a build "
+                "for that target compiles, then fails to load there",
+                tuple(c.line() for c in plain),
+            )
+        )
+    for name in sorted({c.expired for c in open_claims if c.expired}):
+        mine = [c for c in open_claims if c.expired == name]
+        reasons.append(
+            Reason(f"known break {name} expired: {len(mine)} header finding(s) again", tuple(c.line() for c in mine))
+        )
+    return reasons
+
+
+def _probe_reasons(run: RunResult) -> list[Reason]:
+    broken = sorted(
+        (c for c in run.cells if is_header_probe(c.extension) and c.verdict is Verdict.BROKEN), key=lambda c: c.id
+    )
+    if not broken:
+        return []
+    return [
+        Reason(
+            f"the header probe fails to load in {len(broken)} cell(s): declarations its headers show at the "
+            "build's target are missing from that target's release or a later one",
+            tuple(f"{c.id}: {c.status.value}: missing {', '.join(c.missing_names) or c.reason}" for c in broken),
+        )
+    ]
+
+
+def _op_reasons(ops: OpEvidence | None) -> list[Reason]:
+    if ops is None or not ops.breaking_called:
+        return []
+    return [
+        Reason(
+            f"{len(ops.breaking_called)} op(s) that an extension of the matrix calls by name were removed or changed "
+            "incompatibly",
+            tuple(f"{c.op}: {c.what} (called by {', '.join(by)})" for c, by in ops.breaking_called),
+        )
+    ]
+
+
+def _release_evidence(release: ReleaseEvidence, run: RunResult) -> list[str]:
+    lines: list[str] = []
+    if release.headers_audited:
+        claims = release.headers
+        acknowledged = sum(c.acknowledged_by is not None for c in claims)
+        new = sum(not c.inherited for c in claims)
+        lines.append(
+            f"header audit: {len(claims)} finding(s) ({new} new in the candidate, {len(claims) - new} inherited, "
+            f"{acknowledged} acknowledged by a known break)"
+        )
+    else:
+        lines.append("header audit: not run")
+    probes = probe_cells(run.cells)
+    if probes:
+        failing = sum(p.verdict in ("broken", "known_break") for p in probes)
+        lines.append(f"header probe: {len(probes)} cell(s), {failing} failing to load")
+    ops = release.ops
+    if ops is None:
+        lines.append("op schemas: not compared")
+    elif not ops.compared:
+        lines.append(f"op schemas: not compared: {ops.why_not}")
+    else:
+        risk = ", ".join(f"{ns} {n}" for ns, n in sorted(ops.at_risk.items())) or "none"
+        lines.append(
+            f"op schemas: {len(ops.breaking_called)} breaking change(s) to ops the matrix calls ({ops.called_ops} "
+            f"op(s) called); at risk for extensions that call them: {risk}; {ops.compatible} compatible change(s)"
+        )
+    if release.timings:
+        lines.append("gate timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in release.timings.items()))
+    return lines
+
+
+def _abi_reasons(abi: AbiDiff) -> list[Reason]:
+    reasons: list[Reason] = []
+    if abi.removed_exports:
+        reasons.append(
+            Reason(
+                f"the candidate removes {len(abi.removed_exports)} stable export(s) of {abi.old}: "
+                "binaries that use them stop loading",
+                abi.removed_exports,
+            )
+        )
+    if abi.changed_signatures:
+        reasons.append(
+            Reason(
+                f"{len(abi.changed_signatures)} stable shim signature(s) changed since {abi.old}",
+                tuple(f"{c.name}: {c.old} -> {c.new}" for c in abi.changed_signatures),
+            )
+        )
+    return reasons
+
+
+def _abi_evidence(abi: AbiDiff) -> str:
+    return (
+        f"abi-diff {abi.old} -> {abi.new}: {len(abi.removed_exports)} removed export(s), "
+        f"{len(abi.changed_signatures)} changed signature(s), {len(abi.added_exports)} added export(s), "
+        f"{len(abi.added_declarations)} added declaration(s), {len(abi.changed_guards)} changed version guard(s)"
+    )
+
+
+def _matrix_reasons(run: RunResult, candidate: str, diff: RunDiff | None, known: Sequence[Outcome]) -> list[Reason]:
+    """Broken promises not acknowledged by a known break, and known breaks that expired (each its own reason)."""
+    new_ids = {c.id for c in diff.new_breaks} if diff else None
+    expired = {o.entry.name: o for o in known if o.state is State.EXPIRED}
+    broken = sorted(
+        (c for c in run.cells if c.verdict is Verdict.BROKEN and not is_header_probe(c.extension)), key=lambda c: c.id
+    )
+    plain = [c for c in broken if c.known_break not in expired]
+    reasons: list[Reason] = []
+    if plain:
+        reasons.append(
+            Reason(
+                f"{len(plain)} broken promise(s) in the matrix with the candidate on both axes",
+                tuple(evidence_of(c, candidate, None if new_ids is None else c.id in new_ids) for c in plain),
+            )
+        )
+    for name, outcome in sorted(expired.items()):
+        cells = [c for c in broken if c.known_break == name]
+        reasons.append(
+            Reason(
+                f"known break {name} expired on {outcome.entry.expires.isoformat()}: {len(cells)} cell(s) broken "
+                f"again ({outcome.entry.link})",
+                tuple(evidence_of(c, candidate, None) for c in cells),
+            )
+        )
+    return reasons
+
+
+def _matrix_evidence(run: RunResult, candidate: str, diff: RunDiff | None) -> list[str]:
+    forward = [c for c in run.cells if _release(c.build_torch) == candidate]
+    backward = [c for c in run.cells if _release(c.runtime_torch) == candidate]
+    evidence = [f"matrix run {run.run_id}: {len(run.cells)} cells: {_counted(run.cells)}"]
+    for label, cells in (("built on the candidate (forward)", forward), ("run on the candidate (backward)", backward)):
+        evidence.append(f"{label}: {len(cells)} cells, {_counted(cells)}")
+    if diff is not None:
+        evidence.append(
+            f"against baseline {diff.baseline}: {len(diff.new_breaks)} new break(s), {len(diff.fixed)} fixed, "
+            f"{len(diff.known_breaks)} known break(s), {len(diff.changed)} changed, {len(diff.added)} new cell(s)"
+        )
+        evidence += [f"fixed since the baseline: {c.id}: {c.before} -> {c.after}" for c in diff.fixed]
+    return evidence
+
+
+def candidate_ref(candidate: str, wheel: Path | None, find_links: Sequence[str], releases: Sequence[str]) -> str:
+    """What abi-diff compares the previous release with: the given wheel, else the candidate's wheel in a
+    --find-links directory, else the manifest's release of that version. A given wheel is checked here,
+    before any work: a text file or a zip that is no torch wheel is bad input naming the file."""
+    if wheel is not None:
+        open_torch_wheel(wheel).close()
+        return str(wheel)
+    for folder in find_links:
+        found = sorted(Path(folder).glob(f"torch-{candidate}-*.whl")) + sorted(
+            Path(folder).glob(f"torch-{candidate}+*.whl")
+        )
+        if found:
+            return str(found[0])
+    if candidate in releases:
+        return candidate
+    raise BadInputError(
+        f"no wheel of torch {candidate} to compare with abi-diff: pass --candidate-wheel, or a --find-links "
+        f"directory holding it (the manifest knows {', '.join(releases)})"
+    )
+
+
+def previous_release(candidate: str, runtimes: Sequence[str]) -> str:
+    """The newest of the matrix's runtimes older than the candidate: the release it is compared with."""
+    older = sorted({Version(r) for r in runtimes if Version(r) < Version(candidate)})
+    if not older:
+        raise BadInputError(f"no runtime of the matrix is older than the candidate {candidate}: pass --previous")
+    return str(older[-1])
+
+
+def _counted(cells: Sequence[CellResult]) -> str:
+    """'28 kept, 21 expected failure, 0 broken': every verdict that occurs, and broken always."""
+    counts = {v: sum(c.verdict is v for c in cells) for v in Verdict}
+    return ", ".join(f"{n} {v.value.replace('_', ' ')}" for v, n in counts.items() if n or v is Verdict.BROKEN)
+
+
+def _release(torch: str) -> str:
+    try:
+        return release_of(torch)
+    except InvalidVersion:
+        return torch

@@ -1,0 +1,60 @@
+"""What a run ran on, recorded in results.json: the machine, its C library, the C++ compiler and nvcc.
+
+A grid is read months later, beside others: a cell that broke on one host and not another is
+explained by these facts (a newer glibc in the build, another nvcc) more often than by torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import platform
+import shlex
+import subprocess
+from collections.abc import Mapping
+from typing import Any
+
+from torch_abi_harness.provision.toolchain import find_nvcc
+
+
+@dataclasses.dataclass(frozen=True)
+class HostFacts:
+    os: str  # platform.platform(): "Linux-6.1.0-...-x86_64-with-glibc2.36"
+    machine: str  # x86_64, aarch64
+    cpus: int | None
+    glibc: str | None  # "2.36"; None: another C library (musl) or another OS
+    python: str  # the harness's own interpreter, "3.11.9"
+    compiler: str | None  # the first line of `$CXX --version` (c++ when CXX is unset); None: none found
+    nvcc: str | None  # the last line of `nvcc --version` ($CUDA_HOME's, else PATH's); None: none found
+
+    @classmethod
+    def probe(cls, environ: Mapping[str, str] | None = None) -> HostFacts:
+        environ = os.environ if environ is None else environ
+        libc, version = platform.libc_ver()
+        cxx = (environ.get("CXX") or "").strip()
+        nvcc, _ = find_nvcc(environ)
+        return cls(
+            os=platform.platform(),
+            machine=platform.machine(),
+            cpus=os.cpu_count(),
+            glibc=version if libc == "glibc" and version else None,
+            python=platform.python_version(),
+            compiler=_version_line([*(shlex.split(cxx) if cxx else ["c++"]), "--version"], first=True),
+            nvcc=_version_line([nvcc, "--version"], first=False) if nvcc else None,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> HostFacts:
+        return cls(**{field.name: data[field.name] for field in dataclasses.fields(cls)})
+
+
+def _version_line(argv: list[str], first: bool) -> str | None:
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = [line.strip() for line in out.splitlines() if line.strip()]
+    return (lines[0] if first else lines[-1]) if lines else None

@@ -1,0 +1,302 @@
+"""Reading what a package source lists for one project: an index's simple API (PEP 691 JSON, else PEP 503
+HTML; a file:// index's ``<project>/index.html``), or a find-links directory or page. File names and their
+URLs only: what the files are is the catalog's business."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import enum
+import html.parser
+import http.client
+import json
+import logging
+import netrc
+import os
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from torch_abi_harness import __version__
+from torch_abi_harness.core.errors import InfrastructureError
+from torch_abi_harness.core.text import redact
+from torch_abi_harness.provision.sources import ResolvedSources
+
+log = logging.getLogger(__name__)
+
+
+PROJECT = "torch"
+
+
+DEFAULT_INDEX = "https://pypi.org/simple"  # what pip and uv use when nothing names an index
+
+
+JSON_SIMPLE = "application/vnd.pypi.simple.v1+json"
+
+
+# PEP 691: JSON preferred; an index that only has PEP 503 pages answers with HTML.
+SIMPLE_ACCEPT = f"{JSON_SIMPLE}, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.01"
+
+
+MAX_PAGE_BYTES = 64 * 1024 * 1024  # PyPI's torch page is ~0.5 MB; a source is not trusted to end
+
+
+class SourceKind(enum.StrEnum):
+    INDEX = "index"
+    FIND_LINKS = "find-links"
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """One place wheels are listed: an index (URL) or find-links (a directory, or a page's URL)."""
+
+    kind: SourceKind
+    location: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} {redact(self.location)}"
+
+    def to_json(self) -> dict[str, str]:
+        return {"kind": self.kind.value, "location": redact(self.location)}
+
+
+def sources_of(resolved: ResolvedSources) -> tuple[Source, ...]:
+    """The sources uv would consult, in its order: the index (PyPI when none is named), the extra
+    indexes, then find-links."""
+    indexes = [resolved.index_url or DEFAULT_INDEX, *resolved.extra_index_urls]
+    found = [Source(SourceKind.INDEX, url) for url in indexes]
+    found += [Source(SourceKind.FIND_LINKS, link) for link in resolved.find_links]
+    return tuple(dict.fromkeys(found))
+
+
+@dataclasses.dataclass(frozen=True)
+class Listed:
+    """One file as a source lists it. metadata_url: its PEP 658 core metadata, when advertised."""
+
+    filename: str
+    url: str
+    metadata_url: str | None = None
+    yanked: bool = False
+    sha256: str | None = None  # the digest the source states for the file (PEP 691 hashes, a #sha256= fragment)
+
+
+def list_source(source: Source, timeout: float, project: str = PROJECT) -> list[Listed]:
+    """The files one source lists for a project (torch unless told; a find-links source lists every project's
+    files: the caller picks by file name). Raises InfrastructureError naming the source."""
+    started = time.monotonic()
+    try:
+        files = (
+            _list_index(source.location, timeout, project)
+            if source.kind is SourceKind.INDEX
+            else _list_links(source.location, timeout)
+        )
+    # URLError and HTTPError are OSErrors; a page that is not UTF-8 or not JSON, a ValueError.
+    except (OSError, ValueError, http.client.HTTPException) as exc:
+        if isinstance(exc, urllib.error.HTTPError):
+            exc.close()  # the error is the response: its socket is not left to the garbage collector
+        raise InfrastructureError(f"{source}: {reason_of(exc)}") from exc
+    log.info("%s: %d file(s) listed in %.2f s", source, len(files), time.monotonic() - started)
+    return files
+
+
+def reason_of(exc: BaseException) -> str:
+    if isinstance(exc, urllib.error.HTTPError):
+        return redact(f"{exc.url} answered HTTP {exc.code} {exc.reason}")
+    if isinstance(exc, urllib.error.URLError):
+        return redact(f"cannot be reached: {exc.reason}")
+    return redact(str(exc) or type(exc).__name__)
+
+
+def local_path(location: str) -> Path | None:
+    """The directory or file a location names on this machine (a file:// URL or a plain path); None for a URL."""
+    parsed = urllib.parse.urlparse(location)
+    if parsed.scheme == "file":
+        return Path(urllib.request.url2pathname(parsed.path))
+    if parsed.scheme == "":
+        return Path(location)
+    return None
+
+
+def _list_index(base: str, timeout: float, name: str) -> list[Listed]:
+    local = local_path(base)
+    if local is not None:
+        if not local.is_dir():
+            raise ValueError("not a directory (a file:// index is a directory of project pages)")
+        project = local / name
+        if (project / "index.html").is_file():
+            page = project / "index.html"
+            return parse_html_page(page.read_bytes().decode(), project.as_uri() + "/")
+        if project.is_dir():
+            return _list_directory(project)
+        log.info("index %s has no %s/: it serves no %s", redact(base), name, name)
+        return []
+    url = f"{base.rstrip('/')}/{name}/"
+    try:
+        body, final_url, content_type = fetch(url, timeout, SIMPLE_ACCEPT, MAX_PAGE_BYTES)
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            exc.close()
+            log.info("index %s has no %s page (HTTP 404): it serves no %s", redact(base), name, name)
+            return []
+        raise
+    if content_type == JSON_SIMPLE:
+        return parse_json_page(json.loads(body), final_url)
+    return parse_html_page(body.decode(), final_url)
+
+
+def _list_links(location: str, timeout: float) -> list[Listed]:
+    local = local_path(location)
+    if local is not None:
+        if local.is_dir():
+            return _list_directory(local)
+        if local.is_file():
+            return parse_html_page(local.read_bytes().decode(), local.resolve().as_uri())
+        raise ValueError("no such directory or file")
+    body, final_url, _ = fetch(location, timeout, "text/html", MAX_PAGE_BYTES)
+    return parse_html_page(body.decode(), final_url)
+
+
+def _list_directory(directory: Path) -> list[Listed]:
+    return [Listed(p.name, p.resolve().as_uri()) for p in sorted(directory.glob("*.whl")) if p.is_file()]
+
+
+def fetch(url: str, timeout: float, accept: str, limit: int) -> tuple[bytes, str, str]:
+    """GET url: its body (at most limit bytes), the URL it ended at (after redirects) and its media type.
+
+    Credentials as pip and uv take them: a URL's user:password@ (remembered for its host, so a page's
+    files and their metadata on that host get them too), else the netrc entry of the host ($NETRC or
+    ~/.netrc), else the keyring's credential for the URL when the optional `keyring` package is installed
+    (`pip install 'torch-abi-harness[keyring]'`, as pip's keyring provider). They travel as a Basic
+    Authorization header, dropped on a redirect to another host, and every URL in a message or log has its
+    secret replaced by ****."""
+    plain, credentials = _credentials(url)
+    log.debug("GET %s", plain)
+    headers = {"Accept": accept, "User-Agent": f"torch-abi-harness/{__version__}"}
+    if credentials is not None:
+        token = base64.b64encode(":".join(credentials).encode()).decode()
+        headers["Authorization"] = f"Basic {token}"
+    request = urllib.request.Request(plain, headers=headers)
+    with _OPENER.open(request, timeout=timeout) as response:
+        body: bytes = response.read(limit + 1)
+        if len(body) > limit:
+            raise ValueError(f"{redact(url)}: larger than {limit // 2**20} MiB: refused")
+        return body, response.geturl(), response.headers.get_content_type()
+
+
+_REMEMBERED: dict[str, tuple[str, str]] = {}  # host[:port] -> credentials an index URL carried, this process
+
+
+def _credentials(url: str) -> tuple[str, tuple[str, str] | None]:
+    """The URL without its userinfo, and the credentials for its host (its own, remembered, netrc's or the
+    keyring's)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        return url, None
+    host = parts.netloc.rpartition("@")[2]
+    if parts.username is not None:
+        given = (urllib.parse.unquote(parts.username), urllib.parse.unquote(parts.password or ""))
+        _REMEMBERED[host] = given
+        return urllib.parse.urlunsplit(parts._replace(netloc=host)), given
+    found = _REMEMBERED.get(host) or _from_netrc(parts.hostname or "") or _from_keyring(url)
+    if found is not None:
+        _REMEMBERED.setdefault(host, found)  # a page's files on that host: no keyring or netrc read per file
+    return url, found
+
+
+def _from_netrc(hostname: str) -> tuple[str, str] | None:
+    path = Path(os.environ.get("NETRC") or Path.home() / ".netrc")
+    if not path.is_file():
+        return None
+    try:
+        entry = netrc.netrc(path).authenticators(hostname)
+    except (netrc.NetrcParseError, OSError) as exc:
+        log.warning("%s: not read (%s)", path, exc)
+        return None
+    return (entry[0], entry[2] or "") if entry else None
+
+
+def _from_keyring(url: str) -> tuple[str, str] | None:
+    """keyring.get_credential(url, None), as pip asks it for an index URL without userinfo; nothing when the
+    optional package is not installed or its backend fails (a locked or absent desktop keyring)."""
+    try:
+        import keyring  # optional: only where `[keyring]` is installed; a missing one costs nothing
+    except ImportError:
+        return None
+    try:
+        credential = keyring.get_credential(url, None)
+    except Exception as exc:  # any backend's failure: listed without credentials, and logged
+        log.warning("keyring: no credential for %s (%s: %s)", redact(url), type(exc).__name__, exc)
+        return None
+    return (credential.username, credential.password) if credential is not None else None
+
+
+class _SameHostAuth(urllib.request.HTTPRedirectHandler):
+    """A redirect keeps the Authorization header only on the same host (pip's rule): never hand a token to a
+    host it was not given for."""
+
+    def redirect_request(
+        self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any, newurl: str
+    ) -> urllib.request.Request | None:
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and urllib.parse.urlsplit(newurl).netloc != urllib.parse.urlsplit(req.full_url).netloc:
+            new.remove_header("Authorization")
+        return new
+
+
+_OPENER = urllib.request.build_opener(_SameHostAuth)
+
+
+def parse_json_page(data: Any, page_url: str) -> list[Listed]:
+    """A PEP 691 project page: its files, with yanked and PEP 714 core-metadata (or the older
+    dist-info-metadata) flags."""
+    if not isinstance(data, dict) or not isinstance(data.get("files"), list):
+        raise ValueError(f"{page_url}: not a PEP 691 project page (no 'files' list)")
+    found = []
+    for item in data["files"]:
+        if not isinstance(item, dict) or not isinstance(item.get("filename"), str):
+            continue
+        url = urllib.parse.urljoin(page_url, str(item.get("url", "")))
+        served = item.get("core-metadata", item.get("dist-info-metadata", False))
+        metadata = url + ".metadata" if served not in (False, None) else None
+        hashes = item.get("hashes")
+        digest = hashes.get("sha256") if isinstance(hashes, dict) and isinstance(hashes.get("sha256"), str) else None
+        found.append(Listed(item["filename"], url, metadata, bool(item.get("yanked", False)), digest))
+    return found
+
+
+class _Anchors(html.parser.HTMLParser):
+    """The attributes of each <a> of a page (and its <base href>)."""
+
+    def __init__(self, page_url: str) -> None:
+        super().__init__()
+        self.base = page_url
+        self.links: list[dict[str, str | None]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "base" and dict(attrs).get("href"):
+            self.base = urllib.parse.urljoin(self.base, dict(attrs)["href"] or "")
+        elif tag == "a":
+            self.links.append(dict(attrs))
+
+
+def parse_html_page(text: str, page_url: str) -> list[Listed]:
+    """A PEP 503 page or a find-links page: each anchor's file, named by its URL's last part as pip
+    names it (PEP 503 asks the text to match; a find-links page's text can be anything)."""
+    parser = _Anchors(page_url)
+    parser.feed(text)
+    parser.close()
+    found = []
+    for attrs in parser.links:
+        href = attrs.get("href")
+        if not href:
+            continue
+        url, fragment = urllib.parse.urldefrag(urllib.parse.urljoin(parser.base, href))
+        digest = fragment.removeprefix("sha256=") if fragment.startswith("sha256=") else None
+        filename = urllib.parse.unquote(urllib.parse.urlparse(url).path.rsplit("/", 1)[-1])
+        served = attrs.get("data-core-metadata", attrs.get("data-dist-info-metadata", "false"))
+        metadata = url + ".metadata" if served != "false" else None
+        found.append(Listed(filename, url, metadata, "data-yanked" in attrs, digest))
+    return found

@@ -1,0 +1,282 @@
+"""One cell, from the request its backend runs to the CellResult it reports.
+
+`run` and `mutate` build their requests here alike: the cell's timeout (`effective_timeout`), its
+suite's test dependencies, the sandbox the backend gives every cell, and for a mutant the library its
+process preloads (a request with a preload runs in a fresh interpreter, never a forked one).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from torch_abi_harness.config import Matrix
+from torch_abi_harness.core import commands, processes
+from torch_abi_harness.core.status import Condition, Status
+from torch_abi_harness.execute.api import CellExecution, CellRequest, Executor, RuntimeHandle
+from torch_abi_harness.plan import Cell, Plan
+from torch_abi_harness.provision.sources import uv_binary
+from torch_abi_harness.results.model import CellResult, relative_logs
+from torch_abi_harness.results.prediction import CellPrediction
+from torch_abi_harness.results.rundir import record_cell
+from torch_abi_harness.run.collect import CellOutcome, classify
+from torch_abi_harness.run.prepare import Prepared, Preparer
+from torch_abi_harness.static import host_libraries
+from torch_abi_harness.static.artifact import RuntimeFacts, python_problem, wheel_tags
+from torch_abi_harness.static.predict import Prediction, findings
+from torch_abi_harness.verdict import Expected, Promise, promise
+
+log = logging.getLogger(__name__)
+# Outcomes that would count against the extension: before one stands, what the cell ran on is checked again.
+NOT_RUN_REASON = "not run: the build failed (its build row says why)"
+SUSPECT = {Status.TEST_FAILED, Status.LOAD_FAILED, Status.CRASHED, Status.TIMEOUT, Status.ERROR}
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    reports_dir: Path
+    cache_dir: Path
+    jobs: int
+    cell_timeout: float | None = None  # overrides the matrix's settings.cell_timeout
+    require_gpu: bool = False  # a cuda cell with no GPU is an ERROR, not SKIPPED (GPU runners)
+    rerun_broken: int = 0  # run a broken cell again up to this many times; one that then keeps its promise is flaky
+    require_toolchain: bool = False  # a build the machine lacks compiler/nvcc/CUDA headers for: ERROR, not SKIPPED
+    prebuilt: Path | None = None  # the builds as a CI graph's build jobs handed them on, instead of building here
+
+
+def effective_timeout(cell: Cell, options: RunOptions, matrix: Matrix) -> float:
+    """A cell's timeout: --timeout if given (the person running it decides), else its extension's own
+    `timeout:`, else the matrix's settings.cell_timeout."""
+    if options.cell_timeout is not None:
+        return options.cell_timeout
+    return cell.build.extension.timeout or matrix.settings.cell_timeout
+
+
+def timeouts_text(cells: Sequence[Cell], options: RunOptions, matrix: Matrix) -> str:
+    """'timeout 300 s', or 'timeouts 120-600 s' where extensions set their own."""
+    found = sorted({effective_timeout(c, options, matrix) for c in cells}) or [matrix.settings.cell_timeout]
+    if len(found) == 1:
+        return f"timeout {found[0]:.0f} s"
+    return f"timeouts {found[0]:.0f}-{found[-1]:.0f} s"
+
+
+def runtime_facts(cell: Cell, handle: RuntimeHandle) -> RuntimeFacts:
+    """What the cell's runtime provides an artifact: its torch and CUDA as prepared, and its Python."""
+    return RuntimeFacts.of(handle.torch_version, handle.variant, cell.runtime.python)
+
+
+class CellRunner:
+    """Runs the cells of one run through its backend, each in a directory of its own under run_dir."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        options: RunOptions,
+        backend: Executor,
+        preparer: Preparer,
+        prepared: Prepared,
+        run_dir: Path,
+    ) -> None:
+        self.plan = plan
+        self.options = options
+        self.backend = backend
+        self.preparer = preparer
+        self.prepared = prepared
+        self.run_dir = run_dir
+        self.threads = max(1, (os.cpu_count() or 1) // max(1, options.jobs))
+
+    def request(self, cell: Cell, out: Path, preload: tuple[Path, ...] = ()) -> CellRequest:
+        """The cell as its backend runs it: its timeout, its suite's test dependencies, what it preloads."""
+        overlay = self.prepared.overlay(cell)
+        return CellRequest(
+            cell,
+            self.prepared.handles[cell.runtime],
+            self.prepared.builds[cell.build],
+            out,
+            effective_timeout(cell, self.options, self.plan.matrix),
+            self.threads,
+            (overlay.site,) if overlay is not None and overlay.site is not None else (),
+            preload,
+        )
+
+    def execute(self, request: CellRequest) -> tuple[CellExecution, CellOutcome]:
+        """Run the request; what it left, and the outcome classified from it."""
+        execution = self.backend.execute(request)
+        return execution, classify(execution, request.timeout)
+
+    def run_cell(
+        self, cell: Cell, prediction: Prediction | None, attempt: int, expectation: Promise | None
+    ) -> CellResult:
+        """One cell, whatever happens: a fault of the harness on this cell makes it ERROR, and the run goes on.
+        A cell run again (--rerun-broken) writes attempt K into attempt-K/<id>/: as deep as cells/<id>/, so
+        what a backend derives from a cell's directory (the run's directory, to protect) stays true."""
+        out = self.run_dir / ("cells" if attempt == 1 else f"attempt-{attempt}") / cell.id
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            result = self.not_runnable(cell, prediction, expectation) or self._run(
+                self.request(cell, out), prediction, expectation
+            )
+        except processes.Interrupted:
+            result = self.unrun(cell, "not run: the run was interrupted", expectation)
+        except Exception as exc:  # never let one cell's fault of the harness lose the run
+            log.warning("%s: the harness failed on this cell", cell.id, exc_info=True)
+            reason = f"the harness failed on this cell: {type(exc).__name__}: {exc}"
+            result = self.unrun(cell, reason, expectation)
+        return record_cell(result, out)
+
+    def not_runnable(self, cell: Cell, prediction: Prediction | None, expectation: Promise | None) -> CellResult | None:
+        """The result of a cell that cannot run: no toolchain, a failed build, a wheel no installer puts there."""
+        build = self.prepared.builds[cell.build]
+        if build.toolchain is not None:  # the machine's trouble, never the extension's
+            if self.options.require_toolchain:
+                return self.unrun(cell, f"--require-toolchain: {build.reason}", expectation)
+            return self.unrun(cell, build.reason, expectation, status=Status.SKIPPED)
+        if not build.ok:
+            if build.infrastructure:
+                return self.unrun(cell, build.reason, expectation)
+            if (
+                expectation or promise(cell)
+            ).expected is Expected.BUILD_FAILED:  # the promise said so: each cell shows it
+                return self.unrun(cell, build.reason, expectation, status=Status.BUILD_FAILED)
+            # A build that should have compiled broke one promise, the build's: its cells say only that they did not run
+            return self.unrun(cell, NOT_RUN_REASON, expectation, status=Status.NOT_RUN)
+        refused = installer_refusal(build.wheel, cell.runtime.python) if build.wheel else None
+        if refused:  # as a user's pip would: the wheel never reaches this CPython, so no cell runs
+            result = self.unrun(cell, refused, expectation, status=Status.LOAD_FAILED)
+            return dataclasses.replace(result, prediction=CellPrediction.of(prediction) if prediction else None)
+        return None
+
+    def _run(self, request: CellRequest, prediction: Prediction | None, expectation: Promise | None) -> CellResult:
+        cell, build = request.cell, request.build
+        execution, outcome = self.execute(request)
+        outcome = self.reconsider(request, execution, outcome)
+        probe = outcome.probe
+        expectation = host_library_promise(outcome) or expectation
+        startup = probe.plugin_started
+        return self._result(
+            cell,
+            outcome.status,
+            outcome.reason,
+            runtime_torch=probe.torch_version or request.runtime.torch_version,
+            expectation=expectation,
+            tests=outcome.tests,
+            failing_tests=outcome.failing,
+            missing_symbol=outcome.missing_symbol,
+            durations={
+                "total": execution.seconds,
+                "build": build.seconds,
+                "startup": (startup - execution.launched_at) if startup else None,
+                "import_torch": probe.import_torch_s,
+                "load": probe.load_s,
+                "tests": outcome.tests_seconds,
+            },
+            prediction=CellPrediction.of(prediction) if prediction else None,
+            doc_differences=probe.doc_differences,
+            modules=probe.modules,
+            executor=execution.executor,
+            findings=(
+                *build.findings,
+                *(
+                    ()  # the class says why it did not load: a library no torch provides, not a symbol
+                    if expectation is not None and expectation.condition is Condition.HOST_LIBRARY
+                    else findings(
+                        prediction,
+                        outcome.status.value,
+                        outcome.reason,
+                        outcome.missing_symbol,
+                        cell.build.extension.expect,
+                    )
+                ),
+            ),
+            logs=relative_logs(
+                [
+                    ("stdout", execution.stdout),
+                    ("stderr", execution.stderr),
+                    ("junit", execution.junit),
+                    ("probe", execution.probe),
+                    ("build", build.log),
+                ],
+                self.run_dir,
+            ),
+        )
+
+    def reconsider(self, request: CellRequest, execution: CellExecution, outcome: CellOutcome) -> CellOutcome:
+        """The outcome as evidence: no GPU where one is required, a cell the run's stop cut short, or one
+        that failed on a damaged env, build, test dependencies or a full disk is ERROR, not the extension's."""
+        if request.cell.runtime.device == "cuda" and outcome.status is Status.SKIPPED and self.options.require_gpu:
+            return dataclasses.replace(outcome, status=Status.ERROR, reason=f"--require-gpu: {outcome.reason}")
+        stopped = processes.REGISTRY.stopping.is_set() or self.backend.stopping
+        if stopped and outcome.status not in {Status.PASS, Status.SKIPPED}:
+            return dataclasses.replace(
+                outcome,
+                status=Status.ERROR,
+                reason=f"interrupted after {execution.seconds:.0f} s: the run was stopped while this cell ran",
+            )
+        if outcome.status in SUSPECT:
+            damage = self.preparer.damage(request, self.prepared.overlay(request.cell))
+            if damage:
+                reason = f"{damage} (the cell ended {outcome.status.value}: {outcome.reason})"
+                return dataclasses.replace(outcome, status=Status.ERROR, reason=reason)
+        return outcome
+
+    def unrun(
+        self, cell: Cell, reason: str, expectation: Promise | None = None, status: Status = Status.ERROR
+    ) -> CellResult:
+        """A cell that did not run: its build failed, or the run was interrupted first."""
+        build = self.prepared.builds[cell.build]
+        return self._result(
+            cell,
+            status,
+            reason,
+            runtime_torch=self.prepared.handles[cell.runtime].torch_version,
+            expectation=expectation,
+            durations={"build": build.seconds},
+            logs=relative_logs([("build", build.log)], self.run_dir),
+        )
+
+    def _result(self, cell: Cell, status: Status, reason: str, runtime_torch: str, **details: Any) -> CellResult:
+        """A cell's result: its identity, what happened, and the promise it is judged against."""
+        variant = self.prepared.handles[cell.runtime].variant
+        return CellResult.judged(cell, status, reason, self.backend.name, runtime_torch, variant, **details)
+
+
+def host_library_promise(outcome: CellOutcome) -> Promise | None:
+    """A cell that failed to load only for want of host libraries (neither torch's nor CUDA's) is an expected
+    failure of class host-library, naming the library; None when anything else kept it from loading."""
+    if outcome.status is not Status.LOAD_FAILED:
+        return None
+    probe = outcome.probe
+    ours = {m.name for m in probe.modules}  # a module that needs a sibling which did not load fails with it
+    errors = [m.error or "" for m in probe.modules if m.error is not None and m.missing_library not in ours]
+    libraries = [host_libraries.missing_host_library(e) for e in errors or ["\n".join(probe.error_chain)]]
+    if not all(libraries):
+        return None
+    named = sorted({lib for lib in libraries if lib})
+    return Promise(Expected.LOAD_FAILED, "; ".join(map(host_libraries.describe, named)), Condition.HOST_LIBRARY)
+
+
+@functools.lru_cache(maxsize=256)
+def installer_refusal(wheel: Path, python: str) -> str | None:
+    """Why the installer will not put this wheel on CPython `python`, in its words; None when it would.
+
+    The wheel's tags decide first (packaging's rules, pip's); only a wheel they refuse is put to uv
+    (`uv pip install --dry-run --python-version`), whose refusal is the evidence the cell reports. A
+    cp311-cp311 wheel whose library torch loads by path would otherwise load on 3.10, where no user
+    can install it."""
+    why = python_problem(wheel_tags(wheel), python)
+    if why is None:
+        return None
+    with tempfile.TemporaryDirectory(prefix="harness-install-check-") as target:
+        argv = [uv_binary(), "pip", "install", "--dry-run", "--no-deps", "--offline", "--python-version", python]
+        proc = commands.run([*argv, "--target", target, wheel], check=False, timeout=120)
+    if proc.returncode == 0:
+        log.warning("%s: its tags do not fit CPython %s (%s), yet uv would install it", wheel.name, python, why)
+        return None
+    evidence = commands.uv_explanation(proc.stdout, prefer=("hint", "cause")) or f"exit {proc.returncode}"
+    return f"not installable on CPython {python}: {why}; uv refuses it ({evidence})"

@@ -1,0 +1,171 @@
+"""What a built artifact asks of a runtime besides torch's symbols: a CUDA major and a Python ABI.
+
+Both are read from the artifact itself, never from configuration: the CUDA libraries its shared
+objects name in DT_NEEDED (``libtorch_cuda.so``: any CUDA build of torch; ``libcudart.so.13``:
+CUDA 13), and its wheel tags (``cp39-abi3``: CPython >= 3.9 without free threading). A runtime
+provides the CUDA major of its torch's variant as prepared (``2.10.0+cu128``: CUDA 12;
+``2.13.0+cpu``: none) and its CPython. :func:`unmet` lists what one does not give the other;
+the promise (verdict.py) and the static prediction (predict.py) both read it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import zipfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from packaging.tags import Tag, compatible_tags, cpython_tags, parse_tag
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+from torch_abi_harness.core.status import Condition
+from torch_abi_harness.static.symbols import SharedObject, read_artifact
+
+# torch's own CUDA libraries: every CUDA build of torch ships them, a CPU build none of them.
+TORCH_CUDA_LIBRARY = re.compile(r"^lib(torch_cuda\w*|c10_cuda|caffe2_nvrtc|torch_nvshmem)\.so$")
+# CUDA libraries whose soname number is the CUDA major (measured in torch's cu128, cu130 and cu132
+# dependency wheels: libcudart.so.12 / .13, libcublas.so.12 / .13, libnvrtc.so.12 / .13 ...).
+CUDA_MAJOR_LIBRARY = re.compile(r"^lib(cudart|cublas|cublasLt|nvrtc|nvJitLink|nvblas|cupti)\.so\.(\d+)$")
+# CUDA libraries numbered by their own versions (libcufft.so.11 in CUDA 12, .12 in 13; libcudnn.so.9):
+# they need a CUDA build of torch, but say nothing about its major.
+OTHER_CUDA_LIBRARY = re.compile(r"^lib(cufft|curand|cusolver|cusparse|cudnn|nccl|nvshmem)\w*\.so")
+CUDA_VARIANT = re.compile(r"^cu(\d+)(\d)$")  # cu128 -> CUDA 12.8; cu92 -> 9.2
+PYTHON = re.compile(r"^(\d+)\.(\d+)(t?)$")  # 3.11; 3.13t: free-threaded
+
+
+def cuda_major(variant: str) -> int | None:
+    """The CUDA major of a torch wheel variant: cu128 -> 12, cu130 -> 13; cpu, rocm6.2 -> None."""
+    match = CUDA_VARIANT.match(variant)
+    return int(match[1]) if match else None
+
+
+@dataclasses.dataclass(frozen=True)
+class RuntimeFacts:
+    """What a runtime as prepared provides an artifact: its torch as installed, that torch's CUDA
+    major (None: a torch without CUDA) and its CPython (X.Y, with a `t` when free-threaded)."""
+
+    torch: str
+    cuda: int | None
+    python: str
+
+    @classmethod
+    def of(cls, torch_version: str, variant: str, python: str) -> RuntimeFacts:
+        return cls(torch_version, cuda_major(variant), python)
+
+
+@dataclasses.dataclass(frozen=True)
+class Unmet:
+    """One thing the artifact needs that the runtime does not provide, and why, in words."""
+
+    condition: Condition
+    why: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"class": self.condition.value, "why": self.why}
+
+
+@dataclasses.dataclass(frozen=True)
+class ArtifactFacts:
+    """The artifact's DT_NEEDED entries (every shared object's, sorted) and its wheel tags (none for a bare .so)."""
+
+    needed: tuple[str, ...]
+    tags: frozenset[Tag] = frozenset()
+
+    @classmethod
+    def of(cls, path: Path, objects: Sequence[SharedObject] | None = None) -> ArtifactFacts:
+        """objects: the artifact's shared objects when already read (read_artifact), else read here."""
+        found = read_artifact(path) if objects is None else objects
+        return cls(tuple(sorted({name for o in found for name in o.needed})), wheel_tags(path))
+
+    @property
+    def cuda_libraries(self) -> tuple[str, ...]:
+        """Every CUDA library it needs, torch's own first (what the loader misses first on a CPU torch)."""
+        torch = [n for n in self.needed if TORCH_CUDA_LIBRARY.match(n)]
+        other = [n for n in self.needed if CUDA_MAJOR_LIBRARY.match(n) or OTHER_CUDA_LIBRARY.match(n)]
+        return (*torch, *other)
+
+    @property
+    def cuda_majors(self) -> tuple[tuple[str, int], ...]:
+        """(library, CUDA major) for each library that names its major: ('libcudart.so.13', 13)."""
+        return tuple((n, int(m[2])) for n in self.needed if (m := CUDA_MAJOR_LIBRARY.match(n)))
+
+    def to_json(self) -> dict[str, object]:
+        return {"needed": list(self.needed), "tags": sorted(str(t) for t in self.tags)}
+
+
+def wheel_tags(path: Path) -> frozenset[Tag]:
+    """A wheel's tags: those of its file name and the `Tag:` lines of its WHEEL file (empty for a .so)."""
+    if path.suffix != ".whl":
+        return frozenset()
+    tags: set[Tag] = set()
+    try:
+        tags |= parse_wheel_filename(path.name)[3]
+    except InvalidWheelFilename:
+        pass
+    with zipfile.ZipFile(path) as wheel:
+        for member in wheel.namelist():
+            if re.fullmatch(r"[^/]+\.dist-info/WHEEL", member):
+                for line in wheel.read(member).decode("utf-8", "replace").splitlines():
+                    if line.startswith("Tag:"):
+                        tags |= parse_tag(line.partition(":")[2].strip())
+    return frozenset(tags)
+
+
+def python_fits(python: str) -> frozenset[tuple[str, str]]:
+    """The (interpreter, abi) pairs CPython `python` (3.11, 3.13t) installs, by packaging.tags."""
+    match = PYTHON.match(python)
+    if not match:
+        raise ValueError(f"{python!r} is not a CPython version such as '3.11' or '3.13t'")
+    version = (int(match[1]), int(match[2]))
+    interpreter = f"cp{version[0]}{version[1]}"
+    threaded = bool(match[3])
+    tags = [
+        *cpython_tags(version, [interpreter + match[3]], ["any"]),
+        *compatible_tags(version, interpreter, ["any"]),
+    ]
+    # A free-threaded CPython cannot load abi3 (packaging < 24.1 still offers it).
+    return frozenset((t.interpreter, t.abi) for t in tags if not (threaded and t.abi == "abi3"))
+
+
+def fits_which_python(tags: Iterable[Tag]) -> str:
+    """'CPython >= 3.9 (not free-threaded)' / 'CPython 3.11 only': what a wheel's tags allow, in words."""
+    parts = set()
+    for tag in tags:
+        version = re.fullmatch(r"cp(\d)(\d+)", tag.interpreter)
+        if tag.abi == "abi3" and version:
+            parts.add(f"CPython >= {version[1]}.{version[2]} (not free-threaded)")
+        elif version and tag.abi.startswith(tag.interpreter):
+            parts.add(f"CPython {version[1]}.{version[2]}{'t' if tag.abi.endswith('t') else ''} only")
+        else:
+            parts.add(f"{tag.interpreter}-{tag.abi}")
+    return " or ".join(sorted(parts))
+
+
+def python_problem(tags: frozenset[Tag], python: str) -> str | None:
+    """Why a wheel with these tags does not install on CPython `python`; None when it does, or has no tags."""
+    if not tags or {(t.interpreter, t.abi) for t in tags} & python_fits(python):
+        return None
+    shown = ", ".join(sorted({f"{t.interpreter}-{t.abi}" for t in tags}))
+    return f"a {shown} wheel fits {fits_which_python(tags)}; the runtime runs CPython {python}"
+
+
+def unmet(artifact: ArtifactFacts, runtime: RuntimeFacts, any_cuda_major: bool = False) -> tuple[Unmet, ...]:
+    """What the artifact needs and the runtime does not provide: Python ABI first, then CUDA.
+
+    any_cuda_major: the build declares it works across CUDA majors (`cuda: any`): a different
+    major is no condition; a torch without CUDA still is."""
+    found: list[Unmet] = []
+    why = python_problem(artifact.tags, runtime.python)
+    if why:
+        found.append(Unmet(Condition.PYTHON_ABI, why))
+    cuda = artifact.cuda_libraries
+    if cuda and runtime.cuda is None:
+        found.append(Unmet(Condition.NO_CUDA, f"needs {cuda[0]}; torch {runtime.torch} is a build without CUDA"))
+    elif runtime.cuda is not None and not any_cuda_major:
+        other = [library for library, major in artifact.cuda_majors if major != runtime.cuda]
+        if other:
+            found.append(
+                Unmet(Condition.CUDA_MAJOR, f"needs {other[0]}; torch {runtime.torch} ships CUDA {runtime.cuda}")
+            )
+    return tuple(found)

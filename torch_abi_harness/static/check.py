@@ -1,0 +1,227 @@
+"""`check`: where an artifact (a .so or a wheel) is predicted to load, from its ELF symbols alone, release by
+release of the manifest; with the runtimes' variant and Python, what else it needs of them is checked too.
+
+A wheel is judged as a whole (what loads every module) and module by module: a package that loads each module on its
+own, going on without one that fails, works partly where the whole wheel is predicted not to load. An abi3 wheel's
+Python C API imports are audited against the limited API of its floor (limited_api.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from packaging.version import Version
+
+from torch_abi_harness.core.errors import BadInputError
+from torch_abi_harness.core.status import Condition
+from torch_abi_harness.core.versions import ApiLevel
+from torch_abi_harness.static import host_libraries
+from torch_abi_harness.static.artifact import ArtifactFacts, RuntimeFacts, Unmet, unmet
+from torch_abi_harness.static.limited_api import LimitedApiAudit, abi3_floor, module_python, packaged_limited_api
+from torch_abi_harness.static.manifest import packaged_manifest
+from torch_abi_harness.static.op_calls import DISPATCHER_SHIMS, fits
+from torch_abi_harness.static.op_registry import packaged_op_schemas
+from torch_abi_harness.static.prebuilt import extension_modules
+from torch_abi_harness.static.predict import ArtifactImports, Predicted, Prediction, predict
+from torch_abi_harness.static.symbols import SharedObject, read_artifact
+
+CHECK_JSON_VERSION = 2  # `check --json`; 2: per-module records, the modules' summary, the limited API audit
+
+
+@dataclasses.dataclass(frozen=True)
+class ModuleCheck:
+    """One extension module of an artifact (or all of them together: what loads the whole wheel), predicted."""
+
+    name: str  # the member's path in the wheel, or the .so's file name
+    imports: ArtifactImports
+    facts: ArtifactFacts
+    predictions: tuple[Prediction, ...]  # one per release checked, oldest first
+    limited_api: LimitedApiAudit | None = None  # an abi3 wheel's Python C API against its floor's limited API
+    python_tag: str | None = None  # what its file name says of the CPython that imports it (limited_api.py)
+
+    @property
+    def loads(self) -> list[str]:
+        return [p.runtime for p in self.predictions if p.outcome is Predicted.LOADS]
+
+    @property
+    def loads_from(self) -> str | None:
+        """The oldest release checked from which it loads on every newer one checked."""
+        return next(
+            (
+                p.runtime
+                for p in self.predictions
+                if all(
+                    q.outcome is Predicted.LOADS for q in self.predictions if Version(q.runtime) >= Version(p.runtime)
+                )
+            ),
+            None,
+        )
+
+    @property
+    def failing(self) -> bool:
+        """A predicted load failure, a call predicted to fail, or a Python symbol outside the floor's limited API."""
+        return any(p.outcome is Predicted.LOAD_FAILED or p.failing_ops for p in self.predictions) or bool(
+            self.limited_api and self.limited_api.outside
+        )
+
+    @property
+    def unseen_calls(self) -> bool:
+        """It calls ops by name through the dispatcher: a name built at run time leaves no string to judge."""
+        return bool(self.imports.stable & DISPATCHER_SHIMS)
+
+    @property
+    def import_note(self) -> str | None:
+        """A module named for one CPython: `import` finds it only there; loading it by path works on any."""
+        if self.python_tag is None or self.python_tag == "abi3":
+            return None
+        return (
+            f"named for CPython {self.python_tag.removeprefix('cpython-')} only: `import` finds it only there "
+            "(loading it by path, as torch.ops.load_library does, works on any)"
+        )
+
+    @property
+    def host_libraries(self) -> tuple[str, ...]:
+        """What it needs that neither torch nor CUDA provides: the runtime's system must (class host-library)."""
+        return tuple(name for name in self.facts.needed if host_libraries.is_host_library(name))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "unseen_calls": "op names built at run time leave no string: not judged" if self.unseen_calls else None,
+            "imports": self.imports.to_json(),
+            "needs": self.facts.to_json(),
+            "host_libraries": [
+                {"name": name, "usual_package": host_libraries.usual_package(name)} for name in self.host_libraries
+            ],
+            "limited_api": self.limited_api.to_json() if self.limited_api else None,
+            "predictions": [{"runtime": p.runtime, **p.to_json()} for p in self.predictions],
+            "loads_from": self.loads_from,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class ArtifactCheck:
+    """A .so or a wheel: the artifact as a whole (what every module needs) and each extension module alone."""
+
+    artifact: Path
+    built_with: str | None  # the release whose op schemas its calls are judged against; None: only existence
+    whole: ModuleCheck
+    modules: tuple[ModuleCheck, ...]
+
+    @property
+    def failing(self) -> bool:
+        return self.whole.failing or any(m.failing for m in self.modules)
+
+    def loading(self, runtime: str) -> list[str]:
+        """The modules predicted to load on a release checked."""
+        return [
+            m.name for m in self.modules for p in m.predictions if p.runtime == runtime and p.outcome is Predicted.LOADS
+        ]
+
+    @property
+    def summary(self) -> str:
+        """Which modules load where, newest releases first: '2 of 2 modules on 2.11.0+, 1 of 2 on 2.10.0 (...)'."""
+        total = len(self.modules)
+        runtimes = [p.runtime for p in reversed(self.whole.predictions)]
+        groups: list[tuple[list[str], list[str]]] = []  # (releases newest first, modules loading), consecutive
+        for runtime in runtimes:
+            loading = self.loading(runtime)
+            if groups and groups[-1][1] == loading:
+                groups[-1][0].append(runtime)
+            else:
+                groups.append(([runtime], loading))
+        parts = []
+        for index, (releases, loading) in enumerate(groups):
+            if releases[0] == runtimes[0] and len(runtimes) > 1:
+                where = f"{releases[-1]}+"
+            elif len(releases) > 1:
+                where = f"{releases[-1]} to {releases[0]}"
+            else:
+                where = releases[0]
+            names = f" ({', '.join(PurePosixPath(n).name for n in loading)})" if 0 < len(loading) < total else ""
+            parts.append(f"{len(loading)} of {total}{' modules' if index == 0 else ''} on {where}{names}")
+        return ", ".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        whole = self.whole.to_json()
+        for prediction in whole["predictions"]:
+            prediction["modules_loading"] = self.loading(prediction["runtime"])
+        return {
+            "schema_version": CHECK_JSON_VERSION,
+            "artifact": str(self.artifact),
+            "built_with": self.built_with,
+            **whole,
+            "summary": self.summary,
+            "modules": [{"name": m.name, "python_tag": m.python_tag, **m.to_json()} for m in self.modules],
+        }
+
+
+def select_releases(manifest_releases: Sequence[str], spec: str | None) -> list[str]:
+    """--runtimes: '2.10.0,2.13' (those levels) or '2.10+' (that level and newer); None: every release."""
+    if not spec:
+        return list(manifest_releases)
+    chosen: list[str] = []
+    for item in (s.strip() for s in spec.split(",") if s.strip()):
+        newer = item.endswith("+")
+        try:
+            level = ApiLevel.parse(".".join(item.rstrip("+").split(".")[:2]))
+        except ValueError as exc:
+            raise BadInputError(f"--runtimes: {item!r} is not a release such as '2.10.0' or '2.10+'") from exc
+        found = [
+            r
+            for r in manifest_releases
+            if (ApiLevel.of(Version(r)) >= level if newer else ApiLevel.of(Version(r)) == level)
+        ]
+        if not found:
+            raise BadInputError(
+                f"--runtimes: {item!r} matches no release of the manifest ({', '.join(manifest_releases)})"
+            )
+        chosen += [r for r in found if r not in chosen]
+    return sorted(chosen, key=Version)
+
+
+def runtime_lacks(facts: ArtifactFacts, release: str, variant: str | None, python: str | None) -> list[Unmet]:
+    """What the artifact needs of a runtime of this release besides symbols, as far as variant and python
+    say what the runtime is (neither given: nothing is checked)."""
+    runtime = RuntimeFacts.of(f"{release}+{variant}", variant or "", python or "3.11")
+    checked = {Condition.PYTHON_ABI} if python else set()
+    checked |= {Condition.NO_CUDA, Condition.CUDA_MAJOR} if variant else set()
+    return [u for u in unmet(facts, runtime) if u.condition in checked]
+
+
+def check_artifact(
+    artifact: Path, runtimes: str | None, variant: str | None, python: str | None, built_with: str | None
+) -> ArtifactCheck:
+    """Predict the artifact, and each of its extension modules alone, on the manifest's releases that runtimes
+    selects (select_releases); with built_with, judge its calls by op name against that release's schemas."""
+    manifest = packaged_manifest()
+    releases = select_releases(manifest.releases, runtimes)
+    objects = read_artifact(artifact)
+    schemas = packaged_op_schemas()
+    recorded = schemas.release(built_with) if built_with else None
+    facts = ArtifactFacts.of(artifact, objects)
+    floor = abi3_floor(facts.tags)
+
+    def check(name: str, members: list[SharedObject], python_tag: str | None) -> ModuleCheck:
+        imports = ArtifactImports.of(members)
+        own = ArtifactFacts(tuple(sorted({n for o in members for n in o.needed})), facts.tags)
+        predictions = tuple(
+            predict(
+                imports,
+                r,
+                manifest.exported_by(r),
+                manifest,
+                full_exports=False,
+                unmet=runtime_lacks(own, r, variant, python),
+                ops=fits(imports.calls, schemas, r, recorded),
+            )
+            for r in releases
+        )
+        audit = LimitedApiAudit.of(imports.python, floor, packaged_limited_api()) if floor else None
+        return ModuleCheck(name, imports, own, predictions, audit, python_tag)
+
+    members = extension_modules(objects) or objects  # a library bundled beside the modules is not one of them
+    modules = tuple(check(o.name, [o], module_python(o.name)) for o in members)
+    whole = modules[0] if len(modules) == 1 else check(artifact.name, members, None)
+    return ArtifactCheck(artifact, recorded, dataclasses.replace(whole, name=artifact.name), modules)

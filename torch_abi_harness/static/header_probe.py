@@ -1,0 +1,230 @@
+"""What the header-only wrappers and public macros of the stable headers import at a target.
+
+A declaration the preprocessor hides cannot show what an inline wrapper or a macro
+calls. So one probe per target includes every public stable header, expands each
+public macro in a function of its own (where the macro is defined at that target),
+and is compiled to an object with every inline function kept
+(``-fkeep-inline-functions -ffunction-sections``). Each function's undefined
+references (read from its own relocation section) are checked against what the
+target's release exports. A wrapper or macro that imports a C shim the target
+release lacks, or a macro that does not compile at a target that defines it, is a
+finding.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from elftools.elf.elffile import ELFFile
+from elftools.elf.relocation import RelocationSection
+from elftools.elf.sections import SymbolTableSection
+
+from torch_abi_harness.core.errors import InfrastructureError
+from torch_abi_harness.core.versions import ApiLevel
+from torch_abi_harness.static.symbols import STABLE_C_NAME, demangle
+from torch_abi_harness.static.visibility import public_headers
+
+COMPILE_TIMEOUT_S = 300
+MACRO_FUNCTION = "harness_macro_"
+PROBE_LIBRARY = "harness_probe_lib"
+
+
+@dataclasses.dataclass(frozen=True)
+class MacroProbe:
+    """A public macro and one use of it, as an extension would write it."""
+
+    name: str
+    use: str  # a function body, or namespace-scope code for registration macros
+    scope: bool = False  # use stands at namespace scope (its functions carry PROBE_LIBRARY in their names)
+    support: str = ""  # definitions the use needs, emitted before it inside the #ifdef
+
+    def source(self) -> str:
+        body = self.use if self.scope else f"void {MACRO_FUNCTION}{self.name}() {{\n  {self.use}\n}}"
+        return f"#ifdef {self.name}\n{self.support}{body}\n#endif\n"
+
+
+PRELUDE = "#include <cstdint>\nstatic inline int32_t harness_status() { return 0; }\n"
+BOXED = "static void harness_boxed(StableIValue*, uint64_t, uint64_t) {}\n"
+MACRO_PROBES = (
+    MacroProbe("STABLE_TORCH_ERROR_CODE_CHECK", "STABLE_TORCH_ERROR_CODE_CHECK(harness_status());"),
+    MacroProbe("TORCH_ERROR_CODE_CHECK", "TORCH_ERROR_CODE_CHECK(harness_status());"),
+    MacroProbe("STD_TORCH_CHECK", 'volatile bool ok = true; STD_TORCH_CHECK(ok, "harness probe");'),
+    MacroProbe("AOTI_TORCH_CHECK", 'volatile bool ok = true; AOTI_TORCH_CHECK(ok, "harness probe");'),
+    MacroProbe("AOTI_TORCH_WARN", 'AOTI_TORCH_WARN("harness probe");'),
+    MacroProbe(
+        "STABLE_TORCH_LIBRARY",
+        f'STABLE_TORCH_LIBRARY({PROBE_LIBRARY}, m) {{ m.def("probe(Tensor x) -> Tensor"); }}',
+        scope=True,
+    ),
+    MacroProbe(
+        "STABLE_TORCH_LIBRARY_FRAGMENT",
+        f'STABLE_TORCH_LIBRARY_FRAGMENT({PROBE_LIBRARY}, m) {{ m.def("probe2(Tensor x) -> Tensor"); }}',
+        scope=True,
+    ),
+    MacroProbe(
+        "STABLE_TORCH_LIBRARY_IMPL",
+        f'STABLE_TORCH_LIBRARY_IMPL({PROBE_LIBRARY}, CPU, m) {{ m.impl("probe", &harness_boxed); }}',
+        scope=True,
+        support=BOXED,
+    ),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class HeaderFinding:
+    """A wrapper or macro that a build at target cannot use safely."""
+
+    kind: str  # "wrapper", "macro" or "headers" (the probe itself does not compile)
+    name: str
+    target: ApiLevel
+    missing: tuple[str, ...] = ()  # C shims it imports that the target's release does not export
+    error: str | None = None  # the compiler's first error, when it does not compile
+
+    def describe(self) -> str:
+        if self.error is not None:
+            return f"{self.kind} {self.name}: defined at target {self.target} but does not compile there: {self.error}"
+        return (
+            f"{self.kind} {self.name}: at target {self.target} imports {', '.join(self.missing)}, "
+            f"which release {self.target} does not export"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "target": str(self.target),
+            "missing": list(self.missing),
+            "error": self.error,
+        }
+
+
+def macro_probe_source(headers: Sequence[str], macros: Sequence[MacroProbe]) -> str:
+    """One translation unit: every header included, then a use of each macro (its function named for it)."""
+    includes = "".join(f"#include <{h}>\n" for h in headers)
+    return includes + PRELUDE + "\n".join(m.source() for m in macros)
+
+
+def macro_lines(source: str, macros: Sequence[MacroProbe]) -> dict[str, range]:
+    """Which lines of the probe each macro's use occupies (1-based), to read compile errors by."""
+    lines = source.splitlines()
+    spans: dict[str, range] = {}
+    for macro in macros:
+        start = lines.index(f"#ifdef {macro.name}") + 1
+        end = next(i for i in range(start, len(lines)) if lines[i] == "#endif") + 1
+        spans[macro.name] = range(start, end + 1)
+    return spans
+
+
+def compile_probe(
+    include: Path, source: str, target: ApiLevel, workdir: Path, cuda_include: Path | None
+) -> tuple[Path | None, str]:
+    path = workdir / f"header-probe-{target}.cpp"
+    path.write_text(source)
+    obj = path.with_suffix(".o")
+    argv = [
+        "c++",
+        "-c",
+        "-O0",
+        "-w",
+        "-std=c++17",
+        "-fPIC",
+        "-fkeep-inline-functions",
+        "-fkeep-static-functions",
+        "-ffunction-sections",
+        f"-DTORCH_TARGET_VERSION={target.hex}ULL",
+        f"-I{include}",
+    ]
+    if cuda_include is not None:
+        argv += ["-DUSE_CUDA", f"-I{cuda_include}"]
+    try:
+        proc = subprocess.run(
+            [*argv, str(path), "-o", str(obj)], capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S, check=False
+        )
+    except FileNotFoundError as exc:
+        raise InfrastructureError("no C++ compiler: `c++` is not on PATH (install g++)") from exc
+    return (obj if proc.returncode == 0 else None), proc.stderr
+
+
+ERROR_LINE = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):\d+: (?P<kind>error|note): (?P<message>.*)$", re.M)
+
+
+def macros_failing(errors: str, probe_name: str, spans: dict[str, range]) -> dict[str, str]:
+    """The macros whose use an error (or a note of an error: "in expansion of macro") points into."""
+    failed: dict[str, str] = {}
+    last_error = ""
+    for line in ERROR_LINE.finditer(errors):
+        if line["kind"] == "error":
+            last_error = f"{Path(line['file']).name}:{line['line']}: {line['message'].strip()}"
+        if not line["file"].endswith(probe_name):
+            continue
+        for name, span in spans.items():
+            if int(line["line"]) in span:
+                failed.setdefault(name, last_error)
+    return failed
+
+
+def imports_by_function(obj: Path) -> dict[str, frozenset[str]]:
+    """Per function (mangled name), the undefined symbols its code refers to."""
+    found: dict[str, frozenset[str]] = {}
+    with obj.open("rb") as stream:
+        elf = ELFFile(stream)
+        symtab = elf.get_section_by_name(".symtab")
+        if not isinstance(symtab, SymbolTableSection):
+            return found
+        for section in elf.iter_sections():
+            if not isinstance(section, RelocationSection) or not section.name.startswith(".rela.text."):
+                continue
+            function = section.name[len(".rela.text.") :]
+            undefined = set()
+            for relocation in section.iter_relocations():
+                symbol = symtab.get_symbol(relocation["r_info_sym"])
+                if symbol.name and symbol["st_shndx"] == "SHN_UNDEF":
+                    undefined.add(symbol.name)
+            found[function] = frozenset(undefined)
+    return found
+
+
+def probe_headers(
+    include: Path,
+    target: ApiLevel,
+    exports: frozenset[str],
+    workdir: Path,
+    cuda_include: Path | None = None,
+    macros: Sequence[MacroProbe] = MACRO_PROBES,
+) -> list[HeaderFinding]:
+    """Compile the wrappers and macros of include's public stable headers at target; report what fails."""
+    headers = public_headers(include, cuda_include is not None, cuda_include is not None)
+    findings: list[HeaderFinding] = []
+    remaining = list(macros)
+    while True:
+        source = macro_probe_source(headers, remaining)
+        obj, errors = compile_probe(include, source, target, workdir, cuda_include)
+        if obj is not None:
+            break
+        failed = macros_failing(errors, f"header-probe-{target}.cpp", macro_lines(source, remaining))
+        if not failed:
+            first = next((e for e in ERROR_LINE.finditer(errors) if e["kind"] == "error"), None)
+            message = f"{first['file']}:{first['line']}: {first['message']}" if first else errors.strip()[-300:]
+            return [*findings, HeaderFinding("headers", "the public stable headers", target, error=message)]
+        findings += [HeaderFinding("macro", name, target, error=message) for name, message in sorted(failed.items())]
+        remaining = [m for m in remaining if m.name not in failed]
+    by_function = imports_by_function(obj)
+    readable = demangle(sorted(by_function))
+    for function, undefined in sorted(by_function.items()):
+        missing = tuple(sorted(n for n in undefined if STABLE_C_NAME.match(n) and n not in exports))
+        if not missing:
+            continue
+        name = readable.get(function, function)
+        if name.startswith(MACRO_FUNCTION):
+            findings.append(HeaderFinding("macro", name[len(MACRO_FUNCTION) :].split("(")[0], target, missing))
+        elif PROBE_LIBRARY in name:
+            kinds = ", ".join(m.name for m in macros if m.scope and m in remaining)
+            findings.append(HeaderFinding("macro", kinds or name, target, missing))
+        else:
+            findings.append(HeaderFinding("wrapper", name, target, missing))
+    return findings
