@@ -1,8 +1,3 @@
-"""Compatibility harness for PyTorch extensions built on the LibTorch stable ABI.
-
-Stages, one module each: config -> plan -> envs -> build -> run -> collect ->
-verdict -> report. ``torch_abi_harness.run.pipeline`` chains them; ``torch_abi_harness.cli`` is the
-only place that prints.
-"""
+"""torch-abi-harness: proves, by building and running them, whether stable-ABI PyTorch extensions keep working across torch releases."""
 
 __version__ = "0.1.0"

@@ -152,3 +152,14 @@ def test_the_readme_points_at_the_docs() -> None:
     assert "nox -s docs" in text
     for link in re.findall(r"\]\((docs/[^)#]+)", text):
         assert (REPO / link).is_file(), f"README links to {link}, which does not exist"
+
+
+def test_the_front_doors_share_one_intro_and_the_same_two_lines() -> None:
+    """README.md is the one source of the intro (docs/index.md includes it between its markers) and both pages
+    open with the same two command lines."""
+    readme, index = (REPO / "README.md").read_text(), (REPO / "docs" / "index.md").read_text()
+    assert "<!-- --8<-- [start:intro] -->" in readme and "<!-- --8<-- [end:intro] -->" in readme
+    assert '--8<-- "README.md:intro"' in index
+    first_block = re.compile(r"```bash\n(.*?)```", re.DOTALL)
+    readme_lines, index_lines = first_block.search(readme), first_block.search(index)
+    assert readme_lines and index_lines and readme_lines[1] == index_lines[1]
