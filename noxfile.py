@@ -138,6 +138,7 @@ def lint(session: nox.Session) -> None:
     session.install("-e", ".[lint]")
     session.run("ruff", "check", *PYTHON_TREES)
     session.run("ruff", "format", "--check", *PYTHON_TREES)
+    session.run("python", "tools/burn_down.py")  # the size rules' per-file ignores hold only what is still needed
     session.run("mypy")
     session.run("lint-imports")  # the wings import downwards only ([tool.importlinter] in pyproject.toml)
     session.run("shellcheck", *SHELL_SCRIPTS)
