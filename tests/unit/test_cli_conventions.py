@@ -15,7 +15,8 @@ from test_config import write_matrix
 from test_report import BROKEN, ERROR, KEPT, run_of
 
 from torch_abi_harness.cli import invoked_as, main, parser
-from torch_abi_harness.cli.console import ConsoleObserver, annotate, workflow_command
+from torch_abi_harness.cli.console import workflow_command
+from torch_abi_harness.cli.run_output import ConsoleObserver, annotate
 from torch_abi_harness.core.errors import ConfigError
 from torch_abi_harness.core.schema import load_schema
 
@@ -151,3 +152,17 @@ def test_github_annotations_and_log_groups(monkeypatch: pytest.MonkeyPatch, caps
         f"::error title=broken cell::{BROKEN.id}: TEST_FAILED: 50%25 off%0Asecond line: a, b red",
     ]
     assert workflow_command("warning", "x", title="a:b,c") == "::warning title=a%3Ab%2Cc::x"
+
+
+def test_a_command_loads_only_its_own_family() -> None:
+    """`check` starts without the run, the gate, the renderers or jsonschema: the parser imports a command's module
+    only when that command runs (a full --help imports them all)."""
+    program = (
+        "import sys; from torch_abi_harness.cli import parser; parser(only='check'); "
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith(('torch_abi_harness', 'jsonschema')))))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True).stdout.split()
+    assert "torch_abi_harness.cli.analyse" in loaded
+    heavy = ("run", "gate", "render", "builds", "execute", "mutate", "results", "cli.run", "cli.gate", "cli.run_output")
+    assert [m for m in loaded if m.startswith(tuple(f"torch_abi_harness.{w}" for w in heavy))] == []
+    assert [m for m in loaded if m.startswith("jsonschema")] == []

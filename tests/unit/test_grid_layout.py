@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from rich.cells import cell_len
 
-from torch_abi_harness.cli.console import print_grid
+from torch_abi_harness.cli.run_output import print_grid
 from torch_abi_harness.core.status import Condition, Status
 from torch_abi_harness.core.text import natural_key
 from torch_abi_harness.plan import PlanIdentity

@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.markup import escape
 
 from torch_abi_harness import __version__
-from torch_abi_harness.cli import analyse, census, gate, mutate, reports, run, runtimes
-from torch_abi_harness.cli.args import Command
 from torch_abi_harness.cli.console import console, notes
 from torch_abi_harness.core.errors import ExitCode, HarnessError
+
+if TYPE_CHECKING:
+    from torch_abi_harness.cli.args import Command
 
 EXIT_MEANING = {
     ExitCode.OK: "every promise kept (check, abi-diff, audit-guards: no break found; diff: no new break)",
@@ -35,27 +38,49 @@ def invoked_as(argv0: str) -> str:
     return "python -m torch_abi_harness" if name in {"__main__.py", ""} else name
 
 
-# Each command's parser, in the order --help lists them; each family module adds its own and its handler.
-COMMANDS: tuple[Callable[[Command], None], ...] = (
-    run.add_run,
-    gate.add_gate,
-    mutate.add_mutate,
-    run.add_plan,
-    run.add_build,
-    reports.add_report,
-    reports.add_compat,
-    census.add_census,
-    reports.add_merge,
-    analyse.add_check,
-    analyse.add_abi_diff,
-    reports.add_diff,
-    analyse.add_audit_guards,
-    runtimes.add_base_image,
-    runtimes.add_runtimes,
+# Each command, in the order --help lists them: the module of its family (torch_abi_harness.cli.<family>) and the
+# function there that adds its parser and handler. A family's module is imported only when one of its commands runs
+# (or --help lists them all): `check` does not pay for the run, the gate or the renderers.
+COMMANDS: tuple[tuple[str, str], ...] = (
+    ("run", "run"),
+    ("gate", "gate"),
+    ("mutate", "mutate"),
+    ("plan", "run"),
+    ("build", "run"),
+    ("report", "reports"),
+    ("compat", "reports"),
+    ("census", "census"),
+    ("merge", "reports"),
+    ("check", "analyse"),
+    ("abi-diff", "analyse"),
+    ("diff", "reports"),
+    ("audit-guards", "analyse"),
+    ("base-image", "runtimes"),
+    ("runtimes", "runtimes"),
 )
 
 
-def parser(prog: str = "python -m torch_abi_harness") -> argparse.ArgumentParser:
+def adder(name: str) -> Callable[[Command], None]:
+    """The function of a command's family module that adds that command's parser (`add_abi_diff` for abi-diff)."""
+    family = dict(COMMANDS)[name]
+    module = importlib.import_module(f"torch_abi_harness.cli.{family}")
+    add: Callable[[Command], None] = getattr(module, "add_" + name.replace("-", "_"))
+    return add
+
+
+def command_named(argv: Sequence[str]) -> str | None:
+    """The command an argument list runs, read before any parser is built: the first word that is not one of the
+    top parser's own options; None when there is none, or it names no command (the full parser then says why)."""
+    for word in argv:
+        if word == "--":
+            return None
+        if not word.startswith("-"):
+            return word if word in dict(COMMANDS) else None
+    return None
+
+
+def parser(prog: str = "python -m torch_abi_harness", only: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser: every command, or `only` the one named (its family alone is imported)."""
     top = argparse.ArgumentParser(
         prog=prog, description=__doc__, epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -76,8 +101,9 @@ def parser(prog: str = "python -m torch_abi_harness") -> argparse.ArgumentParser
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
 
-    for add in COMMANDS:
-        add(command)
+    for name, _ in COMMANDS:
+        if only is None or name == only:
+            adder(name)(command)
     return top
 
 
@@ -88,7 +114,9 @@ def _interrupt(signum: int, frame: object) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Data (JSON, the grid, a listing) on stdout; errors, warnings and logs on stderr. With --json, stdout holds
     the JSON document alone: every human line goes to stderr."""
-    args = parser(invoked_as(sys.argv[0]) if argv is None else "python -m torch_abi_harness").parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    prog = invoked_as(sys.argv[0]) if argv is None else "python -m torch_abi_harness"
+    args = parser(prog, only=command_named(words)).parse_args(words)
     verbosity = args.verbose + args.verbose_after
     level = {0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")  # on stderr

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 from rich.markup import escape
 
 from torch_abi_harness.cli.args import Command, existing_file, positive_int, positive_seconds
-from torch_abi_harness.cli.console import ConsoleObserver, console, emit_json, notes
+from torch_abi_harness.cli.console import console, emit_json, notes
+from torch_abi_harness.cli.run_output import ConsoleObserver
 from torch_abi_harness.config import DEFAULT_MATRIX
 from torch_abi_harness.config.matrix import load_matrix
 from torch_abi_harness.core.errors import BadInputError, ExitCode

@@ -11,7 +11,8 @@ from pathlib import Path
 from rich.markup import escape
 
 from torch_abi_harness.cli.args import Command
-from torch_abi_harness.cli.console import annotate, console, emit_json, finish, print_diff, print_grid
+from torch_abi_harness.cli.console import console, emit_json
+from torch_abi_harness.cli.run_output import annotate, finish, print_diff, print_grid
 from torch_abi_harness.core.errors import BadInputError, ExitCode
 from torch_abi_harness.core.files import writable_dir, write_atomic
 from torch_abi_harness.results.compat import MARK_BEGIN, MARK_END, Claim, claims, document, markdown, splice

@@ -21,18 +21,9 @@ from torch_abi_harness.cli.args import (
     shard_spec,
     wheel_directory,
 )
-from torch_abi_harness.cli.console import (
-    ConsoleObserver,
-    annotate,
-    console,
-    emit_json,
-    finish,
-    notes,
-    print_grid,
-    print_plan,
-    print_preamble,
-)
+from torch_abi_harness.cli.console import console, emit_json, notes
 from torch_abi_harness.cli.reports import against_baseline
+from torch_abi_harness.cli.run_output import ConsoleObserver, annotate, finish, print_grid, print_plan, print_preamble
 from torch_abi_harness.config import DEFAULT_MATRIX, Matrix
 from torch_abi_harness.config.matrix import load_matrix, with_overrides
 from torch_abi_harness.core.errors import BadInputError, ExitCode

@@ -13,21 +13,31 @@ import json
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jsonschema
 import yaml
 
 from torch_abi_harness.core.errors import ConfigError
 
+if TYPE_CHECKING:
+    import jsonschema
+
 KeyPath = tuple[str | int, ...]
+
+
+def _validator_class() -> type[jsonschema.Draft202012Validator]:
+    """jsonschema, imported when a document is first checked: it costs about a tenth of a second to import, and
+    commands that read no configuration (`check`, `--help`) should not pay for it."""
+    import jsonschema  # start-up time: see the docstring
+
+    return jsonschema.Draft202012Validator
 
 
 @functools.cache
 def load_schema(name: str) -> dict[str, Any]:
     text = resources.files("torch_abi_harness.schemas").joinpath(f"{name}.schema.json").read_text()
     schema: dict[str, Any] = json.loads(text)
-    jsonschema.Draft202012Validator.check_schema(schema)
+    _validator_class().check_schema(schema)
     return schema
 
 
@@ -195,7 +205,7 @@ class Document:
         return f"{prefix}{format_path(path)}"
 
     def schema_problems(self, schema_name: str) -> list[str]:
-        validator = jsonschema.Draft202012Validator(load_schema(schema_name))
+        validator = _validator_class()(load_schema(schema_name))
         errors = sorted(validator.iter_errors(self.data), key=lambda e: list(map(str, e.absolute_path)))
         return [problem for error in errors for problem in self._describe(error)]
 
