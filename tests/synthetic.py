@@ -12,7 +12,7 @@ from torch_abi_harness.config import KnownBreak
 from torch_abi_harness.core.status import Condition, Status
 from torch_abi_harness.plan import PlanIdentity
 from torch_abi_harness.results.cases import CaseCounts, DocDifference
-from torch_abi_harness.results.model import CellResult, RunResult
+from torch_abi_harness.results.model import CellLogs, CellResult, Durations, RunResult
 from torch_abi_harness.results.prediction import CellPrediction, PredictedMissing
 from torch_abi_harness.static.predict import Predicted
 from torch_abi_harness.static.symbols import SymbolKind
@@ -93,8 +93,8 @@ def synthetic_run(cells: int) -> RunResult:
                 tests=CaseCounts(passed=12 if status is Status.PASS else 0),
                 failing_tests=("t.py::test_parity",) if status is Status.TEST_FAILED else (),
                 missing_symbol=missing,
-                durations={"total": 1.0},
-                logs={"stdout": f"cells/{cell_id}/stdout.log", "stderr": f"cells/{cell_id}/stderr.log"},
+                durations=Durations.from_json({"total": 1.0}),
+                logs=CellLogs(stdout=f"cells/{cell_id}/stdout.log", stderr=f"cells/{cell_id}/stderr.log"),
                 prediction=prediction,
                 doc_differences=(DocDifference("enum_int", "a ScalarType returns as an int", ("t.py::test_dtype",)),)
                 if number % 7 == 0

@@ -1,4 +1,5 @@
-"""The promise (what a cell should do) and the verdict (did it keep the promise)."""
+"""The promise (what a cell should do) and the verdicts a cell or build can have. Whether it kept the promise is
+decided in torch_abi_harness/run/judge.py, and nowhere else."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import dataclasses
 import enum
 
 from torch_abi_harness.config import CudaPolicy
-from torch_abi_harness.core.status import Condition, Status
+from torch_abi_harness.core.status import Condition
 from torch_abi_harness.core.versions import ApiLevel
 from torch_abi_harness.plan import Build, Cell
 from torch_abi_harness.static.artifact import ArtifactFacts, RuntimeFacts, unmet
@@ -23,9 +24,6 @@ class Expected(enum.StrEnum):
     TIMEOUT = "timeout"
 
 
-CONTROL_EXPECTATIONS = {Expected.TEST_FAILED: "TEST_FAILED", Expected.CRASHED: "CRASHED", Expected.TIMEOUT: "TIMEOUT"}
-
-
 class Verdict(enum.StrEnum):
     KEPT = "kept"
     BROKEN = "broken"
@@ -36,9 +34,6 @@ class Verdict(enum.StrEnum):
     FLAKY = "flaky"  # broken, then kept the promise on a retry (`run --rerun-broken N`): never reads as kept
     KNOWN_BREAK = "known_break"  # broken, and acknowledged by a known_breaks entry that has not expired
     NOT_RUN = "not_run"  # its build failed where promised to build: the build broke the promise, once, not the cell
-
-
-KEEPS_PROMISE = frozenset({Verdict.KEPT, Verdict.EXPECTED_FAILURE})  # a retry ending so makes a broken cell flaky
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,9 +82,6 @@ def promise(
     return Promise(Expected.PASS, f"target {target} <= min(build {b_level}, runtime {r_level})", Condition.TORCH_ABI)
 
 
-_FAILURES = {Status.TEST_FAILED, Status.LOAD_FAILED, Status.BUILD_FAILED, Status.CRASHED, Status.TIMEOUT}
-
-
 def build_promise(build: Build, built_for: ApiLevel | None = None) -> Promise:
     """What a build should do: compile where its target is not newer than its build torch's level. (The
     cells of a build that failed where it was promised to build are NOT_RUN: the failure is the build's.)"""
@@ -99,20 +91,3 @@ def build_promise(build: Build, built_for: ApiLevel | None = None) -> Promise:
             Expected.BUILD_FAILED, f"target {target} is newer than the build torch {b_level}", Condition.BUILD
         )
     return Promise(Expected.PASS, f"target {target} <= build torch {b_level}", Condition.BUILD)
-
-
-def judge(expected: Expected, status: Status) -> Verdict:
-    if status is Status.ERROR:
-        return Verdict.ERROR
-    if status is Status.SKIPPED:
-        return Verdict.SKIPPED
-    if status is Status.NOT_RUN:
-        return Verdict.NOT_RUN
-    if expected is Expected.PASS:
-        return Verdict.KEPT if status is Status.PASS else Verdict.BROKEN
-    if expected in CONTROL_EXPECTATIONS:  # a control that fails otherwise proves nothing: broken
-        return Verdict.EXPECTED_FAILURE if status.value == CONTROL_EXPECTATIONS[expected] else Verdict.BROKEN
-    if status is Status.PASS:
-        return Verdict.UNEXPECTED_PASS
-    assert status in _FAILURES
-    return Verdict.EXPECTED_FAILURE

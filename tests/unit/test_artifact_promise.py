@@ -19,6 +19,7 @@ from torch_abi_harness.core.status import Condition, Status
 from torch_abi_harness.plan import Cell, PlanIdentity, make_plan
 from torch_abi_harness.render.text import expected_failure_classes, summary_markdown
 from torch_abi_harness.results.model import CellResult, RunResult
+from torch_abi_harness.run.judge import Observed, judge_cell
 from torch_abi_harness.static.artifact import ArtifactFacts, RuntimeFacts, cuda_major, python_problem, unmet, wheel_tags
 from torch_abi_harness.static.manifest import Manifest
 from torch_abi_harness.static.predict import ArtifactImports, Predicted, findings, predict
@@ -187,7 +188,10 @@ def test_prediction_names_the_library_a_runtime_lacks() -> None:
 
 def _result(cell: Cell, status: Status, runtime: RuntimeFacts, variant: str) -> CellResult:
     expectation = promise(cell, facts(CUDA_OPS), runtime)
-    return CellResult.judged(cell, status, "OSError: ...", "venv", runtime.torch, variant, expectation)
+    observed = Observed(
+        status=status, reason="OSError: ...", backend="venv", runtime_torch=runtime.torch, runtime_variant=variant
+    )
+    return judge_cell(cell, observed, expectation)
 
 
 def test_results_and_summary_carry_and_group_the_class(cells: dict[str, Cell], tmp_path: Path) -> None:

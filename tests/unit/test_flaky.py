@@ -14,20 +14,24 @@ from torch_abi_harness.core.schema import load_schema
 from torch_abi_harness.core.status import Status
 from torch_abi_harness.render.report import write_report
 from torch_abi_harness.results.diff import compare
-from torch_abi_harness.results.model import CellResult, load_results
+from torch_abi_harness.results.model import CellLogs, CellResult, load_results
+from torch_abi_harness.run.judge import retried
 from torch_abi_harness.verdict import Expected, Verdict
 
-PASSED_AGAIN = dataclasses.replace(BROKEN, status=Status.PASS, verdict=Verdict.KEPT, reason="", logs={"stdout": "a2"})
-FAILED_AGAIN = dataclasses.replace(BROKEN, reason="failed again", logs={"stdout": "attempt-2/x/stdout.log"})
-FLAKY = BROKEN.retried(FAILED_AGAIN).retried(PASSED_AGAIN)
+PASSED_AGAIN = dataclasses.replace(
+    BROKEN, status=Status.PASS, verdict=Verdict.KEPT, reason="", logs=CellLogs(stdout="a2")
+)
+FAILED_AGAIN = dataclasses.replace(BROKEN, reason="failed again", logs=CellLogs(stdout="attempt-2/x/stdout.log"))
+FLAKY = retried(retried(BROKEN, FAILED_AGAIN), PASSED_AGAIN)
 OTHER = result("b2.10.0", "r2.10.0-cpu", Status.CRASHED, Verdict.BROKEN)
-STILL_BROKEN = OTHER.retried(dataclasses.replace(OTHER, reason="again")).retried(
-    dataclasses.replace(OTHER, status=Status.ERROR, verdict=Verdict.ERROR, reason="disk full")
+STILL_BROKEN = retried(
+    retried(OTHER, dataclasses.replace(OTHER, reason="again")),
+    dataclasses.replace(OTHER, status=Status.ERROR, verdict=Verdict.ERROR, reason="disk full"),
 )
 
 
 def test_a_retry_that_keeps_the_promise_makes_the_cell_flaky_with_every_attempt() -> None:
-    assert (FLAKY.status, FLAKY.verdict, FLAKY.logs) == (Status.PASS, Verdict.FLAKY, {"stdout": "a2"})
+    assert (FLAKY.status, FLAKY.verdict, FLAKY.logs) == (Status.PASS, Verdict.FLAKY, CellLogs(stdout="a2"))
     assert [(a.status, a.verdict, a.reason) for a in FLAKY.attempts] == [
         (Status.TEST_FAILED, Verdict.BROKEN, "TEST_FAILED because"),
         (Status.TEST_FAILED, Verdict.BROKEN, "failed again"),
@@ -49,9 +53,9 @@ def test_a_control_that_fails_as_built_on_a_retry_is_flaky_and_only_that() -> No
     as built to); anything else (an unexpected pass, a skip) leaves the first break standing."""
     control = result("b2.10.0", "r2.13.0-cpu", Status.PASS, Verdict.BROKEN, Expected.CRASHED)
     crashed = dataclasses.replace(control, status=Status.CRASHED, verdict=Verdict.EXPECTED_FAILURE)
-    assert control.retried(crashed).verdict is Verdict.FLAKY
+    assert retried(control, crashed).verdict is Verdict.FLAKY
     for verdict in (Verdict.UNEXPECTED_PASS, Verdict.SKIPPED, Verdict.ERROR, Verdict.BROKEN):
-        assert control.retried(dataclasses.replace(control, verdict=verdict)).verdict is Verdict.BROKEN
+        assert retried(control, dataclasses.replace(control, verdict=verdict)).verdict is Verdict.BROKEN
 
 
 def test_flaky_does_not_fail_the_run_and_never_counts_as_kept() -> None:

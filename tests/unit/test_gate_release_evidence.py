@@ -16,8 +16,8 @@ from torch_abi_harness.gate.candidate import other_platforms
 from torch_abi_harness.gate.decide import Decision, ReleaseEvidence, decide
 from torch_abi_harness.gate.evidence import header_claims, op_evidence
 from torch_abi_harness.gate.probe_extension import ProbeTarget, probe_source, probe_targets, write_probe
-from torch_abi_harness.results.known_breaks import acknowledge
 from torch_abi_harness.results.prediction import CellPrediction, Predicted, PredictedMissing
+from torch_abi_harness.run.judge import acknowledge
 from torch_abi_harness.static.abi_diff import AbiDiff
 from torch_abi_harness.static.audit import GuardAudit, LatentBreak
 from torch_abi_harness.static.op_calls import OpCall, Via

@@ -13,6 +13,7 @@ from test_report import BROKEN, run_of
 
 from torch_abi_harness.cli import main
 from torch_abi_harness.gate.decide import decide
+from torch_abi_harness.results.model import CellLogs
 
 HOSTILE = "<script>alert(1)</script> <img src=x onerror=alert(2)> \x1b[31mred\x1b[0m [link](javascript:alert(3))"
 
@@ -49,7 +50,7 @@ def test_a_results_json_naming_a_file_outside_its_run_is_bad_input(
     """A shard or an artifact is hostile: its logs may name the merging job's /proc/self/environ."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    data = run_of(dataclasses.replace(BROKEN, logs={"stdout": path})).to_json()
+    data = run_of(dataclasses.replace(BROKEN, logs=CellLogs(stdout=path))).to_json()
     (run_dir / "results.json").write_text(json.dumps(data))
     argv = {"report": ["report", str(run_dir)], "diff": ["diff", str(run_dir), str(run_dir)]}
     assert main(argv.get(command, [command, str(run_dir)])) == 2

@@ -21,6 +21,7 @@ from torch_abi_harness.render.html import TAIL_BYTES, render, tail, write_html
 from torch_abi_harness.render.report import write_report
 from torch_abi_harness.render.text import VERDICT_SYMBOL
 from torch_abi_harness.results.diff import compare
+from torch_abi_harness.results.model import CellLogs
 from torch_abi_harness.verdict import Verdict
 
 
@@ -191,7 +192,7 @@ def test_a_cells_log_is_linked_only_by_a_plain_path_inside_the_run_directory(tmp
         "i": "cells/x.log?q=1",
         "j": "",
     }
-    cells = (dataclasses.replace(run.cells[0], logs=logs), *run.cells[1:])
+    cells = (dataclasses.replace(run.cells[0], logs=CellLogs.from_json(logs)), *run.cells[1:])
     shown = json.loads(Page(render(dataclasses.replace(run, cells=cells))).data)[0]
     assert shown["logs"] == dict(sorted(logs.items()))  # every file is still named
     assert shown["links"] == {"build": logs["build"], "stdout": logs["stdout"]}

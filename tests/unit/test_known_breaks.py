@@ -18,8 +18,9 @@ from torch_abi_harness.core.schema import load_schema
 from torch_abi_harness.core.status import Status
 from torch_abi_harness.render.report import write_report
 from torch_abi_harness.results.diff import compare
-from torch_abi_harness.results.known_breaks import State, acknowledge, outcomes
+from torch_abi_harness.results.known_breaks import State, outcomes
 from torch_abi_harness.results.model import RunResult, load_results
+from torch_abi_harness.run.judge import acknowledge
 from torch_abi_harness.verdict import Verdict
 
 TODAY = datetime.date(2026, 11, 25)

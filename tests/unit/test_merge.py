@@ -17,7 +17,8 @@ from torch_abi_harness.core.status import Status
 from torch_abi_harness.plan import Cell, Plan, Shard, make_plan
 from torch_abi_harness.render.report import write_report
 from torch_abi_harness.results.cases import CaseCounts
-from torch_abi_harness.results.model import CellResult, RunResult
+from torch_abi_harness.results.model import CellLogs, CellResult, Durations, RunResult
+from torch_abi_harness.run.judge import Observed, judge_cell
 from torch_abi_harness.run.merge import merge_reports
 from torch_abi_harness.run.shard import shard_plan
 from torch_abi_harness.verdict import promise
@@ -28,17 +29,17 @@ SELECTORS = ("stable_basic@b2.13.0-t2.10", "classic_ops")  # 22 cells of 2 build
 def cell_result(cell: Cell, backend: str = "venv") -> CellResult:
     """A cell's result as the pipeline makes one: PASS where it is promised to pass, else LOAD_FAILED."""
     status = Status.PASS if promise(cell).expected.value == "pass" else Status.LOAD_FAILED
-    return CellResult.judged(
-        cell,
-        status,
-        status.value.lower(),
-        backend,
-        str(cell.runtime.torch),
-        cell.runtime.variant,
+    observed = Observed(
+        status=status,
+        reason=status.value.lower(),
+        backend=backend,
+        runtime_torch=str(cell.runtime.torch),
+        runtime_variant=cell.runtime.variant,
         tests=CaseCounts(passed=len(cell.id)),
-        durations={"total": 2.5},
-        logs={"stdout": f"cells/{cell.id}/stdout.log", "build": f"builds/{cell.build.id}.log"},
+        durations=Durations.from_json({"total": 2.5}),
+        logs=CellLogs(stdout=f"cells/{cell.id}/stdout.log", build=f"builds/{cell.build.id}.log"),
     )
+    return judge_cell(cell, observed)
 
 
 def write_run(plan: Plan, out: Path, backend: str = "venv") -> Path:

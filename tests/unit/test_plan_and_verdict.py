@@ -6,7 +6,8 @@ from torch_abi_harness.config.matrix import load_matrix
 from torch_abi_harness.core.errors import SelectionError
 from torch_abi_harness.core.status import Status
 from torch_abi_harness.plan import make_plan
-from torch_abi_harness.verdict import Expected, Verdict, judge, promise
+from torch_abi_harness.run.judge import judge
+from torch_abi_harness.verdict import Expected, Verdict, promise
 
 
 @pytest.fixture

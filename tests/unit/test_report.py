@@ -13,7 +13,8 @@ from torch_abi_harness.core.status import Status
 from torch_abi_harness.plan import PlanIdentity, make_plan
 from torch_abi_harness.render.report import write_report
 from torch_abi_harness.results.cases import CaseCounts
-from torch_abi_harness.results.model import CellResult, RunResult, load_results
+from torch_abi_harness.results.model import CellLogs, CellResult, Durations, RunResult, load_results
+from torch_abi_harness.run.judge import Observed, judge_cell
 from torch_abi_harness.verdict import Expected, Verdict
 
 
@@ -38,8 +39,8 @@ def result(
         expected_why="policy",
         verdict=verdict,
         tests=CaseCounts(passed=3),
-        durations={"total": 1.5, "import_torch": None},
-        logs={"stdout": "cells/x/stdout.log"},
+        durations=Durations.from_json({"total": 1.5, "import_torch": None}),
+        logs=CellLogs(stdout="cells/x/stdout.log"),
     )
 
 
@@ -137,7 +138,10 @@ def test_from_version_4_the_schema_requires_the_plan() -> None:
 def test_from_version_5_a_cell_names_the_python_of_its_build_and_runtime(repo: Path, tmp_path: Path) -> None:
     cell = make_plan(load_matrix(repo / "matrix.yaml"), ["stable_basic@b2.9.1~r2.10.0"]).cells[0]
     other = dataclasses.replace(cell, runtime=dataclasses.replace(cell.runtime, python="3.10"))
-    judged = [CellResult.judged(c, Status.PASS, "3 passed", "venv", "2.10.0+cpu", "cpu") for c in (cell, other)]
+    observed = Observed(
+        status=Status.PASS, reason="3 passed", backend="venv", runtime_torch="2.10.0+cpu", runtime_variant="cpu"
+    )
+    judged = [judge_cell(c, observed) for c in (cell, other)]
     assert [(c.build_python, c.runtime_python) for c in judged] == [("3.11", "3.11"), ("3.11", "3.10")]
     data = json.loads(write_report(run_of(*judged), tmp_path)["results"].read_text())
     jsonschema.validate(data, load_schema("results"))

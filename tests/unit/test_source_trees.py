@@ -22,7 +22,7 @@ from torch_abi_harness.core.versions import ApiLevel
 from torch_abi_harness.plan import Build, Cell, make_plan
 from torch_abi_harness.render.report import write_report
 from torch_abi_harness.results.model import BuildRecord, load_results
-from torch_abi_harness.run.pipeline import build_record
+from torch_abi_harness.run.judge import judge_build
 from torch_abi_harness.static.predict import ArtifactImports
 from torch_abi_harness.static.testing_names import first_release, import_hint
 from torch_abi_harness.verdict import Expected, Verdict, promise
@@ -114,15 +114,15 @@ def built(build: Build, ok: bool, **details: object) -> BuildResult:
 
 
 def test_a_build_row_says_whether_it_kept_its_promise_to_compile(build_t29: Build) -> None:
-    assert build_record(built(build_t29, True)).verdict is Verdict.KEPT
-    failed = build_record(built(build_t29, False))
+    assert judge_build(built(build_t29, True)).verdict is Verdict.KEPT
+    failed = judge_build(built(build_t29, False))
     assert (failed.verdict, failed.reason, failed.built_for) == (Verdict.BROKEN, "ops.cpp:3: error: boom", None)
     assert failed.expected_why == "target 2.9 <= build torch 2.15"
     too_new = dataclasses.replace(build_t29, target=ApiLevel(2, 16))
-    assert build_record(built(too_new, False)).verdict is Verdict.EXPECTED_FAILURE
-    assert build_record(built(build_t29, False, toolchain="no nvcc")).verdict is Verdict.SKIPPED
-    assert build_record(built(build_t29, False, infrastructure=True)).verdict is Verdict.ERROR
-    real = build_record(built(build_t29, True, built_for=ApiLevel(2, 10), findings=("asked 2.9, built 2.10",)))
+    assert judge_build(built(too_new, False)).verdict is Verdict.EXPECTED_FAILURE
+    assert judge_build(built(build_t29, False, toolchain="no nvcc")).verdict is Verdict.SKIPPED
+    assert judge_build(built(build_t29, False, infrastructure=True)).verdict is Verdict.ERROR
+    real = judge_build(built(build_t29, True, built_for=ApiLevel(2, 10), findings=("asked 2.9, built 2.10",)))
     assert (real.target, real.built_for, real.findings) == ("2.9", "2.10", ("asked 2.9, built 2.10",))
 
 

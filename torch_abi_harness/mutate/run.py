@@ -6,8 +6,8 @@ Such a request runs in a fresh interpreter whatever the executor: a forkserver h
 any cell, so a library preloaded into a cell forked from it would come too late. Verdicts: the suite
 fails, crashes, hangs or cannot load -> killed; it passes -> survived; the build imports none of the
 mutant's functions -> not applicable; the cell could not say (the harness failed, or the interposer
-found no real function to forward to) -> error. A baseline that does not pass is an error of the run,
-never a kill: its build's mutants are not run.
+found no real function to forward to) -> error, as the run's judge decides (torch_abi_harness/run/judge.py).
+A baseline that does not pass is an error of the run, never a kill: its build's mutants are not run.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import datetime
-import enum
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -31,6 +30,8 @@ from torch_abi_harness.plan import Cell, Plan
 from torch_abi_harness.results.rundir import new_run_dir
 from torch_abi_harness.run.cells import CellRunner, RunOptions, runtime_facts, timeouts_text
 from torch_abi_harness.run.collect import read_untrusted
+from torch_abi_harness.run.judge import MutantVerdict as MutantVerdict  # importers find it here too
+from torch_abi_harness.run.judge import judge_mutant
 from torch_abi_harness.run.pipeline import make_backend
 from torch_abi_harness.run.prepare import Observer, Prepared, Preparer
 from torch_abi_harness.static.artifact import ArtifactFacts
@@ -39,13 +40,6 @@ from torch_abi_harness.static.symbols import read_artifact
 from torch_abi_harness.verdict import Expected, promise
 
 log = logging.getLogger(__name__)
-
-
-class MutantVerdict(enum.StrEnum):
-    KILLED = "killed"
-    SURVIVED = "survived"
-    NOT_APPLICABLE = "not_applicable"
-    ERROR = "error"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,16 +123,9 @@ class MutantExecutor:
         trace = (read_untrusted(out / PRELOAD_TRACE, 1 << 20) or b"").decode(errors="replace").split()
         failing = f" ({', '.join(outcome.failing[:3])}{', ...' if len(outcome.failing) > 3 else ''})"
         reason = outcome.reason + (failing if outcome.failing else "")
-        verdict: MutantVerdict | None = None
+        verdict: MutantVerdict | None = None  # a baseline is not judged: it passes, or its mutants are not run
         if mutant is not None:
-            if "unresolved" in trace:
-                verdict, reason = MutantVerdict.ERROR, "the interposer found no real function to forward to: " + reason
-            elif outcome.status is Status.PASS:
-                verdict = MutantVerdict.SURVIVED
-            elif outcome.status in {Status.TEST_FAILED, Status.CRASHED, Status.TIMEOUT, Status.LOAD_FAILED}:
-                verdict = MutantVerdict.KILLED
-            else:
-                verdict = MutantVerdict.ERROR
+            verdict, reason = judge_mutant(outcome.status, reason, trace)
         return MutantCell(
             mutant.id if mutant else None,
             cell.id,
@@ -155,13 +142,14 @@ class MutantExecutor:
 
 
 def not_applicable(cell: Cell, mutant: Mutant, why: str) -> MutantCell:
+    verdict, why = judge_mutant(None, why, ())
     return MutantCell(
         mutant.id,
         cell.id,
         cell.build.extension.name,
         cell.build.id,
         cell.runtime.id,
-        MutantVerdict.NOT_APPLICABLE,
+        verdict,
         None,
         why,
     )

@@ -5,18 +5,18 @@ reported apart and does not fail the run. After its `expires` date the cell is b
 run names the entry. An entry whose cells all keep their promise now is *fixed* (remove it); one that
 matches no cell of the run is a warning (a typo, or the matrix changed under it).
 
-Each cell records the entry that matched it (`known_break`); an entry's state is read back from its
-cells' verdicts, so a report merged from shards, or read from results.json, says the same.
+Each cell records the entry that matched it (`known_break`, given by the judge: torch_abi_harness/run/judge.py);
+an entry's state is read back from its cells' verdicts, so a report merged from shards, or read from
+results.json, says the same.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import enum
 import fnmatch
 from collections.abc import Sequence
-from typing import Protocol, TypeVar
+from typing import Protocol
 
 from torch_abi_harness.config import KnownBreak
 from torch_abi_harness.plan import selector_pattern
@@ -35,8 +35,6 @@ class Judged(Protocol):
     @property
     def missing_names(self) -> tuple[str, ...]: ...
 
-
-CellT = TypeVar("CellT", bound=Judged)
 
 # A cell that ends so keeps its promise: a known break matching only such cells is fixed.
 PROMISE_KEPT = frozenset({Verdict.KEPT, Verdict.EXPECTED_FAILURE, Verdict.UNEXPECTED_PASS})
@@ -93,22 +91,6 @@ def matches(entry: KnownBreak, cell: Judged) -> bool:
 
 def symbol_acknowledged(entry: KnownBreak, name: str) -> bool:
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in entry.symbols)
-
-
-def acknowledge(cells: Sequence[CellT], entries: Sequence[KnownBreak], today: datetime.date) -> list[CellT]:
-    """Each cell with the entry that matches it (one that holds today first) and, for a broken cell under an
-    entry that holds, the known_break verdict. A broken cell under an expired entry stays broken."""
-    out: list[CellT] = []
-    for cell in cells:
-        matching = [e for e in entries if matches(e, cell)]
-        holding = [e for e in matching if e.expires >= today]
-        if not matching:
-            out.append(cell)
-            continue
-        entry = (holding or matching)[0]
-        verdict = Verdict.KNOWN_BREAK if cell.verdict is Verdict.BROKEN and holding else cell.verdict
-        out.append(dataclasses.replace(cell, known_break=entry.name, verdict=verdict))  # type: ignore[type-var]
-    return out
 
 
 def outcomes(entries: Sequence[KnownBreak], cells: Sequence[Judged]) -> list[Outcome]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +15,12 @@ from torch_abi_harness.core.errors import BadInputError, ExitCode, Infrastructur
 from torch_abi_harness.core.files import run_relative
 from torch_abi_harness.core.status import Condition, Status
 from torch_abi_harness.core.text import natural_key
-from torch_abi_harness.plan import Cell, PlanIdentity, cell_id_parts
+from torch_abi_harness.plan import PlanIdentity
 from torch_abi_harness.provision.host import HostFacts
 from torch_abi_harness.results.cases import CaseCounts, DocDifference, ModuleLoad, PublishedBuild
 from torch_abi_harness.results.known_breaks import outcomes
 from torch_abi_harness.results.prediction import CellPrediction
-from torch_abi_harness.verdict import KEEPS_PROMISE, Expected, Promise, Verdict, judge, promise
+from torch_abi_harness.verdict import Expected, Verdict
 
 # 2: each cell has its static prediction and findings; 3: and its doc_differences; 4: the run's plan identity
 # (digest, every cell of the plan, the shard), each cell's attempts (--rerun-broken), the flaky verdict,
@@ -83,6 +83,103 @@ class BuildRecord:
         )
 
 
+STAGES = ("total", "build", "startup", "import_torch", "load", "tests")  # the stages a cell's durations time
+LOG_NAMES = ("stdout", "stderr", "junit", "probe", "build")  # the logs a cell names
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Durations(Mapping[str, float | None]):
+    """The seconds a cell's stages took. A stage it names with None was not reached (or not measured); one it
+    does not name is left out of its JSON (a cell that never ran names only its build). Read as a mapping
+    too, `durations.get("total")`, as results.json gives it."""
+
+    total: float | None = None
+    build: float | None = None
+    startup: float | None = None
+    import_torch: float | None = None
+    load: float | None = None
+    tests: float | None = None
+    named: frozenset[str] = frozenset()  # which of the stages above it names
+    extra: tuple[tuple[str, float | None], ...] = ()  # names a results.json gives beyond STAGES, kept as read
+
+    @classmethod
+    def ran(
+        cls,
+        *,
+        total: float | None,
+        build: float | None,
+        startup: float | None,
+        import_torch: float | None,
+        load: float | None,
+        tests: float | None,
+    ) -> Durations:
+        """A cell that ran: every stage named, None where it was not reached."""
+        every = frozenset(STAGES)
+        return cls(
+            total=total, build=build, startup=startup, import_torch=import_torch, load=load, tests=tests, named=every
+        )
+
+    @classmethod
+    def unrun(cls, build: float | None) -> Durations:
+        """A cell that never ran: only its build's time."""
+        return cls(build=build, named=frozenset({"build"}))
+
+    def __getitem__(self, name: str) -> float | None:
+        if name in self.named:
+            value: float | None = getattr(self, name)
+            return value
+        return dict(self.extra)[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([*(s for s in STAGES if s in self.named), *(name for name, _ in self.extra)])
+
+    def __len__(self) -> int:
+        return len(self.named) + len(self.extra)
+
+    def to_json(self) -> dict[str, float | None]:
+        return {k: (round(v, 3) if v is not None else None) for k, v in sorted(self.items())}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, float | None]) -> Durations:
+        known: dict[str, Any] = {k: v for k, v in data.items() if k in STAGES}
+        extra = tuple((k, v) for k, v in data.items() if k not in STAGES)
+        return dataclasses.replace(cls(named=frozenset(known), extra=extra), **known)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CellLogs(Mapping[str, str]):
+    """A cell's log files, each relative to the run directory; None: it has none of that kind. Read as a
+    mapping too (name -> path, only those it has), as results.json gives them."""
+
+    stdout: str | None = None
+    stderr: str | None = None
+    junit: str | None = None
+    probe: str | None = None
+    build: str | None = None
+    extra: tuple[tuple[str, str], ...] = ()  # names a results.json gives beyond LOG_NAMES, kept as read
+
+    def __getitem__(self, name: str) -> str:
+        found: str | None = getattr(self, name) if name in LOG_NAMES else dict(self.extra).get(name)
+        if found is None:
+            raise KeyError(name)
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([*(n for n in LOG_NAMES if getattr(self, n) is not None), *(n for n, _ in self.extra)])
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def to_json(self) -> dict[str, str]:
+        return dict(sorted(self.items()))
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, str]) -> CellLogs:
+        known: dict[str, Any] = {k: v for k, v in data.items() if k in LOG_NAMES}
+        extra = tuple((k, v) for k, v in data.items() if k not in LOG_NAMES)
+        return dataclasses.replace(cls(extra=extra), **known)
+
+
 @dataclasses.dataclass(frozen=True)
 class Attempt:
     """One run of a cell that was run more than once (`run --rerun-broken N`)."""
@@ -91,11 +188,7 @@ class Attempt:
     verdict: Verdict
     reason: str
     seconds: float | None
-    logs: dict[str, str] = dataclasses.field(default_factory=dict)
-
-    @classmethod
-    def of(cls, result: CellResult) -> Attempt:
-        return cls(result.status, result.verdict, result.reason, result.durations.get("total"), result.logs)
+    logs: CellLogs = dataclasses.field(default_factory=CellLogs)
 
     def to_json(self) -> dict[str, Any]:
         seconds = round(self.seconds, 3) if self.seconds is not None else None
@@ -104,20 +197,23 @@ class Attempt:
             "verdict": self.verdict.value,
             "reason": self.reason,
             "seconds": seconds,
-            "logs": dict(sorted(self.logs.items())),
+            "logs": self.logs.to_json(),
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any], cell: str = "?") -> Attempt:
-        logs = _own_files(cell, data["logs"])
+        logs = CellLogs.from_json(_own_files(cell, data["logs"]))
         return cls(Status(data["status"]), Verdict(data["verdict"]), data["reason"], data["seconds"], logs)
 
     def line(self, number: int) -> str:
         return f"attempt {number}: {self.status.value} ({self.verdict.value}): {self.reason}"
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class CellResult:
+    """A cell's result as recorded: what it was, what it did, its promise and its verdict. A plain record: the
+    verdict is decided in torch_abi_harness/run/judge.py (and read back from results.json), never here."""
+
     id: str
     build_id: str
     runtime_id: str
@@ -140,8 +236,8 @@ class CellResult:
     tests: CaseCounts = dataclasses.field(default_factory=CaseCounts)
     failing_tests: tuple[str, ...] = ()
     missing_symbol: str | None = None
-    durations: dict[str, float | None] = dataclasses.field(default_factory=dict)
-    logs: dict[str, str] = dataclasses.field(default_factory=dict)
+    durations: Durations = dataclasses.field(default_factory=Durations)
+    logs: CellLogs = dataclasses.field(default_factory=CellLogs)
     prediction: CellPrediction | None = None  # the static prediction made before the cell ran
     findings: tuple[str, ...] = ()  # the outcome disagrees with the prediction; a prebuilt wheel with its claim
     doc_differences: tuple[DocDifference, ...] = ()  # what its tests saw the runtime do other than documented
@@ -156,80 +252,6 @@ class CellResult:
         if self.prediction and self.prediction.missing:
             return tuple(m.name for m in self.prediction.missing)
         return (self.missing_symbol,) if self.missing_symbol else ()
-
-    @classmethod
-    def judged(
-        cls,
-        cell: Cell,
-        status: Status,
-        reason: str,
-        backend: str,
-        runtime_torch: str,
-        runtime_variant: str,
-        expectation: Promise | None = None,
-        **details: Any,
-    ) -> CellResult:
-        """A cell's result: its identity, what happened, and the promise it is judged against (expectation:
-        the promise decided from the built artifact; else the plan's, from the matrix alone)."""
-        expectation = expectation or promise(cell)
-        return cls(
-            id=cell.id,
-            build_id=cell.build.id,
-            runtime_id=cell.runtime.id,
-            extension=cell.build.extension.name,
-            build_torch=str(cell.build.torch),
-            build_variant=cell.build.variant,
-            target=str(cell.build.target) if cell.build.target else None,
-            runtime_torch=runtime_torch,
-            runtime_variant=runtime_variant,
-            backend=backend,
-            device=cell.runtime.device,
-            status=status,
-            reason=reason,
-            expected=expectation.expected,
-            expected_why=expectation.why,
-            verdict=judge(expectation.expected, status),
-            expected_class=expectation.condition,
-            build_python=cell.build.python,
-            runtime_python=cell.runtime.python,
-            **details,
-        )
-
-    @classmethod
-    def unreported(cls, cell_id: str, reason: str, backend: str) -> CellResult:
-        """ERROR for a cell of the plan that no shard reported (`merge --allow-missing`): what is known of it is
-        its id; its promise is unknown (none), since the shard that would have decided it from the artifact is lost."""
-        parts = cell_id_parts(cell_id)
-        if parts is None:
-            raise ValueError(f"{cell_id!r} is not a cell id")
-        return cls(
-            id=cell_id,
-            build_id=cell_id.rpartition("~")[0],
-            runtime_id=cell_id.rpartition("~")[2],
-            extension=parts["extension"] or "",
-            build_torch=parts["build_torch"] or "",
-            build_variant=parts["build_variant"] or "auto",
-            target=parts["target"],
-            runtime_torch=parts["runtime_torch"] or "",
-            runtime_variant=parts["runtime_variant"] or "auto",
-            backend=backend,
-            device=parts["device"] or "cpu",
-            status=Status.ERROR,
-            reason=reason,
-            expected=Expected.NONE,
-            expected_why="unknown: its shard reported nothing",
-            verdict=Verdict.ERROR,
-            build_python=parts["build_python"],
-            runtime_python=parts["runtime_python"],
-        )
-
-    def retried(self, again: CellResult) -> CellResult:
-        """This broken cell with one more attempt: flaky (the retry's result) if it kept the promise,
-        else still broken with this result's status and reason."""
-        attempts = (*(self.attempts or (Attempt.of(self),)), Attempt.of(again))
-        if again.verdict in KEEPS_PROMISE:
-            return dataclasses.replace(again, verdict=Verdict.FLAKY, attempts=attempts)
-        return dataclasses.replace(self, attempts=attempts)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -259,8 +281,8 @@ class CellResult:
             "tests": dataclasses.asdict(self.tests),
             "failing_tests": list(self.failing_tests),
             "missing_symbol": self.missing_symbol,
-            "durations": {k: (round(v, 3) if v is not None else None) for k, v in sorted(self.durations.items())},
-            "logs": dict(sorted(self.logs.items())),
+            "durations": self.durations.to_json(),
+            "logs": self.logs.to_json(),
             "prediction": self.prediction.to_json() if self.prediction else None,
             "findings": list(self.findings),
             "doc_differences": [d.to_json() for d in self.doc_differences],
@@ -296,8 +318,8 @@ class CellResult:
             tests=CaseCounts(**data["tests"]),
             failing_tests=tuple(data["failing_tests"]),
             missing_symbol=data["missing_symbol"],
-            durations=data["durations"],
-            logs=_own_files(data["id"], data["logs"]),
+            durations=Durations.from_json(data["durations"]),
+            logs=CellLogs.from_json(_own_files(data["id"], data["logs"])),
             prediction=CellPrediction.from_json(found) if (found := data.get("prediction")) else None,  # from 2
             findings=tuple(data.get("findings", ())),
             doc_differences=tuple(DocDifference.from_json(d) for d in data.get("doc_differences", ())),  # from 3
@@ -431,14 +453,14 @@ def load_results(path: Path) -> RunResult:
     return RunResult.from_json(json.loads(path.read_text()))
 
 
-def relative_logs(paths: Sequence[tuple[str, Path | None]], base: Path) -> dict[str, str]:
+def relative_logs(paths: Sequence[tuple[str, Path | None]], base: Path) -> CellLogs:
     """The logs that exist, relative to the run directory; one outside it is left out (a results.json names only
     its own files: read back, any other path is refused as bad input)."""
     out: dict[str, str] = {}
     for name, path in paths:
         if path is not None and path.exists() and path.is_relative_to(base):
             out[name] = str(path.relative_to(base))
-    return out
+    return CellLogs.from_json(out)
 
 
 def _own_files(cell: str, logs: Any) -> dict[str, str]:

@@ -12,9 +12,7 @@ from pathlib import Path
 
 from torch_abi_harness.builds import BuildResult
 from torch_abi_harness.core.files import write_json
-from torch_abi_harness.core.status import Status
 from torch_abi_harness.results.model import CellResult
-from torch_abi_harness.verdict import judge
 
 log = logging.getLogger(__name__)
 
@@ -56,21 +54,11 @@ def with_build_log(run_dir: Path, result: BuildResult) -> BuildResult:
     return dataclasses.replace(result, log=log_copy)
 
 
-def record_cell(result: CellResult, out: Path) -> CellResult:
-    """Write the cell's result.json (atomically, replacing whatever a cell planted there); a cell
-    whose result cannot be written is ERROR, naming the path, and the run goes on."""
-    target = out / "result.json"
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        write_json(target, result.to_json())
-    except OSError as exc:
-        log.warning("%s: cannot write %s: %s", result.id, target, exc)
-        if result.status is not Status.ERROR:
-            result = dataclasses.replace(
-                result,
-                status=Status.ERROR,
-                verdict=judge(result.expected, Status.ERROR),
-                reason=f"could not write {target}: {exc.strerror or exc} (the cell ended {result.status.value}: "
-                f"{result.reason})",
-            )
-    return result
+RESULT_FILE = "result.json"  # a cell's own result, in its directory
+
+
+def write_cell(result: CellResult, out: Path) -> None:
+    """Write the cell's result.json into `out` (atomically, replacing whatever a cell planted there). OSError
+    when it cannot be: what that makes of the cell is the judge's to say (torch_abi_harness/run/judge.py)."""
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / RESULT_FILE, result.to_json())

@@ -14,7 +14,6 @@ import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from torch_abi_harness.config import Matrix
 from torch_abi_harness.core import commands, processes
@@ -22,10 +21,10 @@ from torch_abi_harness.core.status import Condition, Status
 from torch_abi_harness.execute.api import CellExecution, CellRequest, Executor, RuntimeHandle
 from torch_abi_harness.plan import Cell, Plan
 from torch_abi_harness.provision.sources import uv_binary
-from torch_abi_harness.results.model import CellResult, relative_logs
+from torch_abi_harness.results.model import CellResult, Durations, relative_logs
 from torch_abi_harness.results.prediction import CellPrediction
-from torch_abi_harness.results.rundir import record_cell
 from torch_abi_harness.run.collect import CellOutcome, classify
+from torch_abi_harness.run.judge import Observed, judge_cell
 from torch_abi_harness.run.prepare import Prepared, Preparer
 from torch_abi_harness.static import host_libraries
 from torch_abi_harness.static.artifact import RuntimeFacts, python_problem, wheel_tags
@@ -110,25 +109,28 @@ class CellRunner:
         execution = self.backend.execute(request)
         return execution, classify(execution, request.timeout)
 
+    def cell_dir(self, cell_id: str, attempt: int = 1) -> Path:
+        """Where a cell runs and its result.json goes. A cell run again (--rerun-broken) runs attempt K in
+        attempt-K/<id>/: as deep as cells/<id>/, so what a backend derives from a cell's directory (the run's
+        directory, to protect) stays true."""
+        return self.run_dir / ("cells" if attempt == 1 else f"attempt-{attempt}") / cell_id
+
     def run_cell(
         self, cell: Cell, prediction: Prediction | None, attempt: int, expectation: Promise | None
     ) -> CellResult:
-        """One cell, whatever happens: a fault of the harness on this cell makes it ERROR, and the run goes on.
-        A cell run again (--rerun-broken) writes attempt K into attempt-K/<id>/: as deep as cells/<id>/, so
-        what a backend derives from a cell's directory (the run's directory, to protect) stays true."""
-        out = self.run_dir / ("cells" if attempt == 1 else f"attempt-{attempt}") / cell.id
+        """One cell, whatever happens, judged against its promise: a fault of the harness on this cell makes it
+        ERROR, and the run goes on. Its result.json is the caller's to have written, once it is final."""
+        out = self.cell_dir(cell.id, attempt)
         try:
             out.mkdir(parents=True, exist_ok=True)
-            result = self.not_runnable(cell, prediction, expectation) or self._run(
+            return self.not_runnable(cell, prediction, expectation) or self._run(
                 self.request(cell, out), prediction, expectation
             )
         except processes.Interrupted:
-            result = self.unrun(cell, "not run: the run was interrupted", expectation)
+            return self.unrun(cell, "not run: the run was interrupted", expectation)
         except Exception as exc:  # never let one cell's fault of the harness lose the run
             log.warning("%s: the harness failed on this cell", cell.id, exc_info=True)
-            reason = f"the harness failed on this cell: {type(exc).__name__}: {exc}"
-            result = self.unrun(cell, reason, expectation)
-        return record_cell(result, out)
+            return self.unrun(cell, f"the harness failed on this cell: {type(exc).__name__}: {exc}", expectation)
 
     def not_runnable(self, cell: Cell, prediction: Prediction | None, expectation: Promise | None) -> CellResult | None:
         """The result of a cell that cannot run: no toolchain, a failed build, a wheel no installer puts there."""
@@ -159,23 +161,23 @@ class CellRunner:
         probe = outcome.probe
         expectation = host_library_promise(outcome) or expectation
         startup = probe.plugin_started
-        return self._result(
-            cell,
-            outcome.status,
-            outcome.reason,
+        observed = Observed(
+            status=outcome.status,
+            reason=outcome.reason,
+            backend=self.backend.name,
             runtime_torch=probe.torch_version or request.runtime.torch_version,
-            expectation=expectation,
+            runtime_variant=request.runtime.variant,
             tests=outcome.tests,
             failing_tests=outcome.failing,
             missing_symbol=outcome.missing_symbol,
-            durations={
-                "total": execution.seconds,
-                "build": build.seconds,
-                "startup": (startup - execution.launched_at) if startup else None,
-                "import_torch": probe.import_torch_s,
-                "load": probe.load_s,
-                "tests": outcome.tests_seconds,
-            },
+            durations=Durations.ran(
+                total=execution.seconds,
+                build=build.seconds,
+                startup=(startup - execution.launched_at) if startup else None,
+                import_torch=probe.import_torch_s,
+                load=probe.load_s,
+                tests=outcome.tests_seconds,
+            ),
             prediction=CellPrediction.of(prediction) if prediction else None,
             doc_differences=probe.doc_differences,
             modules=probe.modules,
@@ -205,6 +207,7 @@ class CellRunner:
                 self.run_dir,
             ),
         )
+        return judge_cell(cell, observed, expectation)
 
     def reconsider(self, request: CellRequest, execution: CellExecution, outcome: CellOutcome) -> CellOutcome:
         """The outcome as evidence: no GPU where one is required, a cell the run's stop cut short, or one
@@ -229,21 +232,17 @@ class CellRunner:
         self, cell: Cell, reason: str, expectation: Promise | None = None, status: Status = Status.ERROR
     ) -> CellResult:
         """A cell that did not run: its build failed, or the run was interrupted first."""
-        build = self.prepared.builds[cell.build]
-        return self._result(
-            cell,
-            status,
-            reason,
-            runtime_torch=self.prepared.handles[cell.runtime].torch_version,
-            expectation=expectation,
-            durations={"build": build.seconds},
+        build, handle = self.prepared.builds[cell.build], self.prepared.handles[cell.runtime]
+        observed = Observed(
+            status=status,
+            reason=reason,
+            backend=self.backend.name,
+            runtime_torch=handle.torch_version,
+            runtime_variant=handle.variant,
+            durations=Durations.unrun(build.seconds),
             logs=relative_logs([("build", build.log)], self.run_dir),
         )
-
-    def _result(self, cell: Cell, status: Status, reason: str, runtime_torch: str, **details: Any) -> CellResult:
-        """A cell's result: its identity, what happened, and the promise it is judged against."""
-        variant = self.prepared.handles[cell.runtime].variant
-        return CellResult.judged(cell, status, reason, self.backend.name, runtime_torch, variant, **details)
+        return judge_cell(cell, observed, expectation)
 
 
 def host_library_promise(outcome: CellOutcome) -> Promise | None:

@@ -25,8 +25,9 @@ from torch_abi_harness.core.errors import BadInputError
 from torch_abi_harness.plan import PlanIdentity
 from torch_abi_harness.render.report import write_report
 from torch_abi_harness.results.diff import load_run
-from torch_abi_harness.results.model import CellResult, RunResult
+from torch_abi_harness.results.model import RunResult
 from torch_abi_harness.results.rundir import new_run_dir, point_latest
+from torch_abi_harness.run.judge import unreported
 from torch_abi_harness.run.shard import runtime_groups
 
 log = logging.getLogger(__name__)
@@ -153,7 +154,7 @@ def combine(shards: Sequence[ShardReport], plan: PlanIdentity, run_id: str) -> R
     backend = backends.pop() if len(backends) == 1 else "mixed"
     missing = [c for c in plan.cells if c not in cells]
     for cell_id, shard in owing_shards(shards, missing).items():
-        cells[cell_id] = CellResult.unreported(cell_id, f"{shard} reported nothing", backend)
+        cells[cell_id] = unreported(cell_id, f"{shard} reported nothing", backend)
     return RunResult(
         run_id=run_id,
         started=min(r.started for r in runs),

@@ -1,8 +1,9 @@
 """Chain the stages for one matrix run: envs -> builds -> predictions -> cells -> verdicts -> report.
 
 The stages live elsewhere: what the cells need is made in torch_abi_harness/run/prepare.py, each cell is run
-and judged in torch_abi_harness/run/cells.py, the report directory is torch_abi_harness/results/rundir.py; this is
-their order.
+in torch_abi_harness/run/cells.py, each cell and build is judged in torch_abi_harness/run/judge.py (which writes a
+cell's result.json, once, when its verdict is final), the report directory is torch_abi_harness/results/rundir.py;
+this is their order.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from torch_abi_harness.config import Matrix
 from torch_abi_harness.core import processes
 from torch_abi_harness.core.errors import HarnessError
 from torch_abi_harness.core.parallel import parallel
-from torch_abi_harness.core.status import Status
 from torch_abi_harness.core.versions import release_of
 from torch_abi_harness.execute.api import Executor, RuntimeHandle
 from torch_abi_harness.execute.forkserver import ForkserverBackend
@@ -33,10 +33,10 @@ from torch_abi_harness.provision.host import HostFacts
 from torch_abi_harness.provision.sources import resolve_sources
 from torch_abi_harness.render.report import write_report
 from torch_abi_harness.results.cases import PublishedBuild
-from torch_abi_harness.results.known_breaks import acknowledge
 from torch_abi_harness.results.model import BuildRecord, CellResult, RunResult
-from torch_abi_harness.results.rundir import new_run_dir, point_latest, record_cell, with_build_log
+from torch_abi_harness.results.rundir import new_run_dir, point_latest, with_build_log
 from torch_abi_harness.run.cells import CellRunner, RunOptions, runtime_facts, timeouts_text
+from torch_abi_harness.run.judge import Judge, judge_build, recorded, retried
 from torch_abi_harness.run.prepare import Observer, Preparer
 from torch_abi_harness.static.artifact import ArtifactFacts, unmet
 from torch_abi_harness.static.manifest import packaged_manifest
@@ -44,7 +44,7 @@ from torch_abi_harness.static.op_calls import OpCall, fits
 from torch_abi_harness.static.op_registry import packaged_op_schemas
 from torch_abi_harness.static.predict import ArtifactImports, Predicted, Prediction, predict
 from torch_abi_harness.static.symbols import read_artifact
-from torch_abi_harness.verdict import Expected, Promise, Verdict, build_promise, judge, promise
+from torch_abi_harness.verdict import Promise, Verdict, promise
 
 log = logging.getLogger(__name__)
 Artifacts = dict[Build, tuple[ArtifactImports, ArtifactFacts]]
@@ -98,11 +98,12 @@ class Pipeline:
             self.record_builds(builds, artifacts)
             predictions = self.predict_cells(prepared.handles, artifacts)
             promises = self.promises(prepared.handles, artifacts, builds)
-            self.build_records = tuple(build_record(builds[b]) for b in self.plan.builds if b in builds)
+            self.build_records = tuple(judge_build(builds[b]) for b in self.plan.builds if b in builds)
             runner = CellRunner(self.plan, self.options, self.backend, self.preparer, prepared, run_dir)
             timeouts = timeouts_text(cells, self.options, self.plan.matrix)
             self.observer.stage("run", f"{len(cells)} cell(s), {self.options.jobs} at a time, {timeouts}")
-            results, interrupted = self.run_cells(runner, cells, predictions, promises)
+            judge = Judge(self.plan.matrix.known_breaks, started.date())  # the run's start decides what expired
+            results, interrupted = self.run_cells(runner, cells, predictions, promises, judge)
         finally:
             self.preparer.release()
         in_plan_order = tuple(results[c.id] for c in self.plan.cells)
@@ -123,20 +124,31 @@ class Pipeline:
         cells: tuple[Cell, ...],
         predictions: dict[str, Prediction],
         promises: dict[str, Promise],
+        judge: Judge,
     ) -> tuple[dict[str, CellResult], bool]:
-        """Every cell (and --rerun-broken's attempts); the cells an interrupt left unrun say so. Also: interrupted?"""
+        """Every cell (and --rerun-broken's attempts), each judged to its final verdict and then recorded, once;
+        the cells an interrupt left unrun say so. Also: interrupted?"""
         results: dict[str, CellResult] = {}
+        pending: set[str] = set()  # broken cells --rerun-broken runs again: final once their attempts are in
         interrupted = False
 
-        def one(cell: Cell, attempt: int = 1) -> CellResult:
-            return runner.run_cell(cell, predictions.get(cell.id), attempt, promises[cell.id])
+        def held(result: CellResult) -> bool:
+            return self.options.rerun_broken > 0 and result.verdict is Verdict.BROKEN
+
+        def one(cell: Cell, attempt: int = 1) -> CellResult:  # in a worker: the cell, and its result.json written
+            result = runner.run_cell(cell, predictions.get(cell.id), attempt, promises[cell.id])
+            if attempt > 1:
+                return recorded(result, runner.cell_dir(cell.id, attempt))  # the attempt's own result.json
+            return result if held(result) else judge.final(result, runner.cell_dir(cell.id))
 
         def done(result: CellResult) -> None:
+            if held(result):
+                pending.add(result.id)
             results[result.id] = result
             self.observer.cell_done(result, len(results), len(cells))
 
         def redone(retry: CellResult) -> None:  # a broken cell's next attempt: flaky if it kept the promise
-            results[retry.id] = record_cell(results[retry.id].retried(retry), runner.run_dir / "cells" / retry.id)
+            results[retry.id] = retried(results[retry.id], retry)
             self.observer.cell_done(results[retry.id], len(results), len(cells))
 
         try:
@@ -156,8 +168,10 @@ class Pipeline:
             self.backend.end_run()
         for cell in cells:
             if cell.id not in results:
-                result = runner.unrun(cell, "not run: the run was interrupted", promises[cell.id])
-                results[cell.id] = record_cell(result, runner.run_dir / "cells" / cell.id)
+                results[cell.id] = runner.unrun(cell, "not run: the run was interrupted", promises[cell.id])
+            elif cell.id not in pending:
+                continue
+            results[cell.id] = judge.final(results[cell.id], runner.cell_dir(cell.id))
         return results, interrupted
 
     def _report(
@@ -168,12 +182,6 @@ class Pipeline:
         cells: tuple[CellResult, ...],
         interrupted: bool,
     ) -> RunResult:
-        known = self.plan.matrix.known_breaks
-        acknowledged = acknowledge(cells, known, started.date())
-        cells = tuple(  # a cell an entry names says so in its own result.json too
-            record_cell(after, run_dir / "cells" / after.id) if after != before else before
-            for before, after in zip(cells, acknowledged, strict=True)
-        )
         run = RunResult(
             run_id=run_id,
             started=started.isoformat(timespec="seconds"),
@@ -188,7 +196,7 @@ class Pipeline:
             interrupted=interrupted,
             plan=self.identity,
             hosts=(HostFacts.probe(),),
-            known_breaks=known,
+            known_breaks=self.plan.matrix.known_breaks,
             candidate=self.plan.matrix.candidate,
             published=published_builds(self.plan.builds),
             builds=self.build_records,
@@ -256,31 +264,6 @@ class Pipeline:
             f"{len(predictions) - failing} predicted to load, {failing} not",
         )
         return predictions
-
-
-def build_record(result: BuildResult) -> BuildRecord:
-    """A build's row of the report: its verdict against the build's promise (compile where its target is not
-    newer than its build torch), why it failed, and what was found about it."""
-    build = result.build
-    expectation = build_promise(build, result.built_for)
-    if result.toolchain is not None:
-        verdict = Verdict.SKIPPED
-    elif result.infrastructure:
-        verdict = Verdict.ERROR
-    elif result.ok:
-        verdict = Verdict.UNEXPECTED_PASS if expectation.expected is Expected.BUILD_FAILED else Verdict.KEPT
-    else:
-        verdict = judge(expectation.expected, Status.BUILD_FAILED)
-    built_for = result.built_for or (build.effective_target if result.ok else None)
-    return BuildRecord(
-        build.id,
-        verdict,
-        result.reason,
-        expectation.why,
-        result.findings,
-        str(build.target) if build.target else None,
-        str(built_for) if built_for else None,
-    )
 
 
 def read_artifacts(builds: dict[Build, BuildResult]) -> Artifacts:
