@@ -21,8 +21,8 @@ from torch_abi_harness.core.status import Status
 from torch_abi_harness.core.versions import ApiLevel
 from torch_abi_harness.plan import Build, Cell, make_plan
 from torch_abi_harness.render.report import write_report
-from torch_abi_harness.results.model import BuildRecord, load_results
-from torch_abi_harness.run.pipeline import build_record
+from torch_abi_harness.results.model import BuildRow, load_results
+from torch_abi_harness.run.pipeline import build_row
 from torch_abi_harness.static.predict import ArtifactImports
 from torch_abi_harness.static.testing_names import first_release, import_hint
 from torch_abi_harness.verdict import Expected, Verdict, promise
@@ -114,15 +114,15 @@ def built(build: Build, ok: bool, **details: object) -> BuildResult:
 
 
 def test_a_build_row_says_whether_it_kept_its_promise_to_compile(build_t29: Build) -> None:
-    assert build_record(built(build_t29, True)).verdict is Verdict.KEPT
-    failed = build_record(built(build_t29, False))
+    assert build_row(built(build_t29, True)).verdict is Verdict.KEPT
+    failed = build_row(built(build_t29, False))
     assert (failed.verdict, failed.reason, failed.built_for) == (Verdict.BROKEN, "ops.cpp:3: error: boom", None)
     assert failed.expected_why == "target 2.9 <= build torch 2.15"
     too_new = dataclasses.replace(build_t29, target=ApiLevel(2, 16))
-    assert build_record(built(too_new, False)).verdict is Verdict.EXPECTED_FAILURE
-    assert build_record(built(build_t29, False, toolchain="no nvcc")).verdict is Verdict.SKIPPED
-    assert build_record(built(build_t29, False, infrastructure=True)).verdict is Verdict.ERROR
-    real = build_record(built(build_t29, True, built_for=ApiLevel(2, 10), findings=("asked 2.9, built 2.10",)))
+    assert build_row(built(too_new, False)).verdict is Verdict.EXPECTED_FAILURE
+    assert build_row(built(build_t29, False, toolchain="no nvcc")).verdict is Verdict.SKIPPED
+    assert build_row(built(build_t29, False, infrastructure=True)).verdict is Verdict.ERROR
+    real = build_row(built(build_t29, True, built_for=ApiLevel(2, 10), findings=("asked 2.9, built 2.10",)))
     assert (real.target, real.built_for, real.findings) == ("2.9", "2.10", ("asked 2.9, built 2.10",))
 
 
@@ -130,7 +130,7 @@ NOT_RUN = dataclasses.replace(
     result("b2.10.0", "r2.13.0-cpu", Status.NOT_RUN, Verdict.NOT_RUN), reason="not run: the build failed"
 )
 SKIPPED = result("b2.10.0", "r2.10.0-cpu", Status.SKIPPED, Verdict.SKIPPED)
-FAILED_BUILD = BuildRecord("demo@b2.10.0", Verdict.BROKEN, "ops.cpp:3: error: boom", "target 2.10 <= build torch 2.10")
+FAILED_BUILD = BuildRow("demo@b2.10.0", Verdict.BROKEN, "ops.cpp:3: error: boom", "target 2.10 <= build torch 2.10")
 
 
 def test_a_failed_build_is_one_broken_promise_and_its_cells_are_not_run(tmp_path: Path) -> None:

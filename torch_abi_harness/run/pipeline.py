@@ -34,7 +34,7 @@ from torch_abi_harness.provision.sources import resolve_sources
 from torch_abi_harness.render.report import write_report
 from torch_abi_harness.results.cases import PublishedBuild
 from torch_abi_harness.results.known_breaks import acknowledge
-from torch_abi_harness.results.model import BuildRecord, CellResult, RunResult
+from torch_abi_harness.results.model import BuildRow, CellResult, RunResult
 from torch_abi_harness.results.rundir import new_run_dir, point_latest, record_cell, with_build_log
 from torch_abi_harness.run.cells import CellRunner, RunOptions, runtime_facts, timeouts_text
 from torch_abi_harness.run.prepare import Observer, Preparer
@@ -78,7 +78,7 @@ class Pipeline:
         self.identity = plan.identity  # what the cells run from, read before any of them runs
         self.op_calls: dict[str, frozenset[OpCall]] = {}  # per extension: the ops its builds call by name (the gate)
         self.build_seconds: dict[str, float] = {}  # per extension: the time its builds took in this run (0: cached)
-        self.build_records: tuple[BuildRecord, ...] = ()  # the builds' rows of the report, once they are made
+        self.build_rows: tuple[BuildRow, ...] = ()  # the builds' rows of the report, once they are made
 
     def execute(self) -> tuple[RunResult, Path]:
         """The whole run; the report is written even when it is interrupted (ReportError if it cannot be)."""
@@ -98,7 +98,7 @@ class Pipeline:
             self.record_builds(builds, artifacts)
             predictions = self.predict_cells(prepared.handles, artifacts)
             promises = self.promises(prepared.handles, artifacts, builds)
-            self.build_records = tuple(build_record(builds[b]) for b in self.plan.builds if b in builds)
+            self.build_rows = tuple(build_row(builds[b]) for b in self.plan.builds if b in builds)
             runner = CellRunner(self.plan, self.options, self.backend, self.preparer, prepared, run_dir)
             timeouts = timeouts_text(cells, self.options, self.plan.matrix)
             self.observer.stage("run", f"{len(cells)} cell(s), {self.options.jobs} at a time, {timeouts}")
@@ -191,7 +191,7 @@ class Pipeline:
             known_breaks=known,
             candidate=self.plan.matrix.candidate,
             published=published_builds(self.plan.builds),
-            builds=self.build_records,
+            builds=self.build_rows,
         )
         write_report(run, run_dir)
         point_latest(self.options.reports_dir, run_dir)
@@ -258,7 +258,7 @@ class Pipeline:
         return predictions
 
 
-def build_record(result: BuildResult) -> BuildRecord:
+def build_row(result: BuildResult) -> BuildRow:
     """A build's row of the report: its verdict against the build's promise (compile where its target is not
     newer than its build torch), why it failed, and what was found about it."""
     build = result.build
@@ -272,7 +272,7 @@ def build_record(result: BuildResult) -> BuildRecord:
     else:
         verdict = judge(expectation.expected, Status.BUILD_FAILED)
     built_for = result.built_for or (build.effective_target if result.ok else None)
-    return BuildRecord(
+    return BuildRow(
         build.id,
         verdict,
         result.reason,
