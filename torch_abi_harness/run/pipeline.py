@@ -12,7 +12,7 @@ import datetime
 import functools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from elftools.common.exceptions import ELFError
@@ -22,6 +22,7 @@ from torch_abi_harness.builds import BuildResult
 from torch_abi_harness.config import Matrix
 from torch_abi_harness.core import processes
 from torch_abi_harness.core.errors import HarnessError
+from torch_abi_harness.core.kinds import Backend, ExecutorKind
 from torch_abi_harness.core.parallel import parallel
 from torch_abi_harness.core.status import Status
 from torch_abi_harness.core.versions import release_of
@@ -50,22 +51,44 @@ log = logging.getLogger(__name__)
 Artifacts = dict[Build, tuple[ArtifactImports, ArtifactFacts]]
 
 
-def make_backend(
-    name: str,
-    matrix: Matrix,
-    cache_dir: Path,
-    route: str | None = None,
-    keep_containers: bool = False,
-    executor: str = "forkserver",
-) -> Executor:
-    """The backend cells run in; for docker, the engine is checked here, before any work."""
-    if name == "venv":
-        return ForkserverBackend(matrix.settings.preload) if executor == "forkserver" else VenvBackend()
+@dataclasses.dataclass(frozen=True)
+class BackendChoice:
+    """What `run` says of the backend beyond its name: the docker route, whether containers are kept, and how the
+    venv backend starts a cell's process."""
+
+    route: str | None = None  # docker: the matrix's route when None
+    keep_containers: bool = False
+    executor: ExecutorKind = ExecutorKind.FORKSERVER  # venv: forked from a server per runtime, or fresh
+
+
+def _venv_backend(matrix: Matrix, cache_dir: Path, choice: BackendChoice) -> Executor:
+    return VENV_EXECUTORS[choice.executor](matrix)
+
+
+def _docker_backend(matrix: Matrix, cache_dir: Path, choice: BackendChoice) -> Executor:
     from torch_abi_harness.execute.container.backend import DockerBackend  # the docker SDK only when asked for
     from torch_abi_harness.execute.container.engine import connect
 
+    route = choice.route
     settings = matrix.docker if route is None else dataclasses.replace(matrix.docker, route=route)  # type: ignore[arg-type]
-    return DockerBackend(connect(), settings, cache_dir, resolve_sources(matrix.sources), keep_containers)
+    return DockerBackend(connect(), settings, cache_dir, resolve_sources(matrix.sources), choice.keep_containers)
+
+
+# How the venv backend starts each cell's process (`run --executor`).
+VENV_EXECUTORS: dict[ExecutorKind, Callable[[Matrix], Executor]] = {
+    ExecutorKind.FORKSERVER: lambda matrix: ForkserverBackend(matrix.settings.preload),
+    ExecutorKind.FRESH: lambda matrix: VenvBackend(),
+}
+# Where cells run (`run --backend`): each backend's factory.
+BACKENDS: dict[Backend, Callable[[Matrix, Path, BackendChoice], Executor]] = {
+    Backend.VENV: _venv_backend,
+    Backend.DOCKER: _docker_backend,
+}
+
+
+def make_backend(name: Backend, matrix: Matrix, cache_dir: Path, choice: BackendChoice = BackendChoice()) -> Executor:
+    """The backend cells run in; for docker, the engine is checked here, before any work."""
+    return BACKENDS[name](matrix, cache_dir, choice)
 
 
 class Pipeline:
