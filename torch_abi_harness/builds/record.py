@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from torch_abi_harness.core.files import content_digest, file_digest, write_json
 
@@ -24,46 +24,20 @@ class BuildRecord:
     reason: str  # why it failed, or ''
     wheel: str | None  # the wheel's path inside the build's folder (dist/<name>.whl)
     seconds: float
-    torch: str | None  # the build torch's version
-    compiler: str | None  # compiler_identity() for a compiled build; None for a prebuilt wheel
-    target: str | None  # the matrix's target, as TORCH_TARGET_VERSION's hex
+    torch: str | None = None  # the build torch's version
+    compiler: str | None = None  # compiler_identity() for a compiled build; None for a prebuilt wheel
+    target: str | None = None  # the matrix's target, as TORCH_TARGET_VERSION's hex
     findings: tuple[str, ...] = ()
     built_for: str | None = None  # the level it was really compiled for
     wheel_sha256: str | None = None
     site_sha256: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "key": self.key,
-            "ok": self.ok,
-            "reason": self.reason,
-            "wheel": self.wheel,
-            "seconds": self.seconds,
-            "torch": self.torch,
-            "compiler": self.compiler,
-            "target": self.target,
-            "findings": list(self.findings),
-            "built_for": self.built_for,
-            "wheel_sha256": self.wheel_sha256,
-            "site_sha256": self.site_sha256,
-        }
+        return _fields_json(self)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> BuildRecord:
-        return cls(
-            key=data["key"],
-            ok=data["ok"],
-            reason=data["reason"],
-            wheel=data["wheel"],
-            seconds=data["seconds"],
-            torch=data.get("torch"),
-            compiler=data.get("compiler"),
-            target=data.get("target"),
-            findings=tuple(data.get("findings", ())),
-            built_for=data.get("built_for"),
-            wheel_sha256=data.get("wheel_sha256"),
-            site_sha256=data.get("site_sha256"),
-        )
+        return _from_fields(cls, data)
 
     def write(self, out: Path) -> None:
         write_json(out / RECORD, self.to_json())
@@ -106,37 +80,28 @@ class Handoff:
     built_for: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "format": HANDOFF_FORMAT,
-            "build": self.build,
-            "key": self.key,
-            "ok": self.ok,
-            "reason": self.reason,
-            "wheel": self.wheel,
-            "wheel_sha256": self.wheel_sha256,
-            "seconds": self.seconds,
-            "torch": self.torch,
-            "compiler": self.compiler,
-            "findings": list(self.findings),
-            "infrastructure": self.infrastructure,
-            "toolchain": self.toolchain,
-            "built_for": self.built_for,
-        }
+        return {"format": HANDOFF_FORMAT, **_fields_json(self)}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Handoff:
-        return cls(
-            build=data["build"],
-            key=data["key"],
-            ok=data["ok"],
-            reason=data["reason"],
-            wheel=data["wheel"],
-            wheel_sha256=data["wheel_sha256"],
-            seconds=data["seconds"],
-            torch=data["torch"],
-            compiler=data["compiler"],
-            findings=tuple(data["findings"]),
-            infrastructure=data["infrastructure"],
-            toolchain=data["toolchain"],
-            built_for=data.get("built_for"),
-        )
+        return _from_fields(cls, data)
+
+
+Record = TypeVar("Record", BuildRecord, Handoff)
+
+
+def _fields_json(record: BuildRecord | Handoff) -> dict[str, Any]:
+    """A record's fields in their order, as its file holds them (a tuple as a list)."""
+    values = ((f.name, getattr(record, f.name)) for f in dataclasses.fields(record))
+    return {name: list(value) if isinstance(value, tuple) else value for name, value in values}
+
+
+def _from_fields(cls: type[Record], data: dict[str, Any]) -> Record:
+    """A record from its file: a field with a default may be absent (older files), one without may not (KeyError)."""
+    values: dict[str, Any] = {}
+    for field in dataclasses.fields(cls):
+        if field.name in data:
+            values[field.name] = tuple(data[field.name]) if field.name == "findings" else data[field.name]
+        elif field.default is dataclasses.MISSING:
+            raise KeyError(field.name)
+    return cls(**values)
