@@ -16,6 +16,7 @@ from torch_abi_harness import __version__
 from torch_abi_harness.config import BuildSpec, CudaPolicy, Device, Extension, Matrix, RuntimeSpec, is_path
 from torch_abi_harness.core.errors import ConfigError, SelectionError
 from torch_abi_harness.core.files import content_digest, file_digest
+from torch_abi_harness.core.kinds import Backend
 from torch_abi_harness.core.schema import did_you_mean
 from torch_abi_harness.core.versions import ApiLevel
 from torch_abi_harness.provision import interpreters
@@ -74,16 +75,16 @@ class Runtime:
     variant: str
     device: Device
     python: str
-    backend: str
+    backend: Backend
     image: str | None = None  # docker backend: the runtime's own image (not part of the id)
     default_python: str = ""  # the matrix's python: the id names the runtime's own only when it differs
     interpreter: str | None = None  # the interpreter's path when the matrix gave one, else found by version
 
     @classmethod
-    def of(cls, spec: RuntimeSpec, python: str, backend: str) -> Runtime:
+    def of(cls, spec: RuntimeSpec, python: str, backend: Backend) -> Runtime:
         own, interpreter = python_of(spec.python, python)
         default, _ = python_of(None, python)
-        image = spec.image if backend == "docker" else None
+        image = spec.image if backend == Backend.DOCKER else None
         return cls(spec.torch, spec.variant, spec.device, own, backend, image, default, interpreter)
 
     @property
@@ -291,7 +292,7 @@ def _check_unique(kind: str, ids: Sequence[str], matrix: Matrix) -> None:
         )
 
 
-def make_plan(matrix: Matrix, selectors: Sequence[str] = (), backend: str = "venv") -> Plan:
+def make_plan(matrix: Matrix, selectors: Sequence[str] = (), backend: Backend = Backend.VENV) -> Plan:
     builds = tuple(Build.of(spec, matrix.python) for spec in matrix.builds)
     runtimes = tuple(Runtime.of(spec, matrix.python, backend) for spec in matrix.runtimes)
     _check_unique("runtime", [r.id for r in runtimes], matrix)

@@ -3,7 +3,7 @@ reads verdicts (results.json read back keeps the verdict stored in it).
 
 Each module is parsed with `ast`. Outside the judge, none may call `judge(...)`, set a verdict with
 `dataclasses.replace(..., verdict=...)` or setattr, or construct a record that carries a verdict (CellResult,
-Attempt, BuildRecord, MutantCell) with one that is not read back (`Verdict(data["verdict"])`), None, or a
+Attempt, BuildRow, MutantCell) with one that is not read back (`Verdict(data["verdict"])`), None, or a
 name bound only by what a function of the judge returned. The checker itself is tested on planted sources,
 and on the judge (where it must see the decisions).
 """
@@ -21,7 +21,7 @@ PACKAGE = Path(torch_abi_harness.__file__).parent
 JUDGE = PACKAGE / "run" / "judge.py"
 JUDGE_MODULE = "torch_abi_harness.run.judge"
 # The records that carry a verdict, and where it stands among their positional arguments (None: keywords only).
-RECORDS: dict[str, int | None] = {"CellResult": None, "Attempt": 1, "BuildRecord": 1, "MutantCell": 5}
+RECORDS: dict[str, int | None] = {"CellResult": None, "Attempt": 1, "BuildRow": 1, "MutantCell": 5}
 READERS = {"Verdict", "MutantVerdict"}  # Verdict(data["verdict"]): a verdict stored in a file, read back
 SETTERS = {"setattr", "__setattr__"}
 REPLACERS = {"replace", "__replace__"}
@@ -128,7 +128,7 @@ def test_only_the_judge_decides_a_verdict() -> None:
 def test_the_checker_sees_the_judges_own_decisions() -> None:
     """Not vacuous: in the judge it finds the calls of judge(), the verdicts it sets and the records it makes."""
     found = " | ".join(deciders(JUDGE.read_text()))
-    for decision in ("calls judge()", "replace(..., verdict=...)", "CellResult(verdict=", "BuildRecord(verdict="):
+    for decision in ("calls judge()", "replace(..., verdict=...)", "CellResult(verdict=", "BuildRow(verdict="):
         assert decision in found, found
 
 
@@ -140,7 +140,7 @@ PLANTED = {
     "setattr": "object.__setattr__(r, 'verdict', Verdict.KEPT)\n",
     "a member": "CellResult(id='x', verdict=Verdict.ERROR)\n",
     "a copied verdict": "Attempt(r.status, r.verdict, r.reason, None)\n",
-    "a build's": "BuildRecord('b', Verdict.KEPT if ok else Verdict.BROKEN, '', '')\n",
+    "a build's": "BuildRow('b', Verdict.KEPT if ok else Verdict.BROKEN, '', '')\n",
     "a name": "def f():\n    v = Verdict.KNOWN_BREAK\n    return CellResult(id='x', verdict=v)\n",
     "a parameter": "def f(v):\n    return CellResult(id='x', verdict=v)\n",
     "a mutant's": "MutantCell(None, 'c', 'e', 'b', 'r', MutantVerdict.KILLED, 'PASS', '')\n",

@@ -21,7 +21,7 @@ from torch_abi_harness.core.status import Status
 from torch_abi_harness.core.versions import ApiLevel
 from torch_abi_harness.plan import Build, Cell, make_plan
 from torch_abi_harness.render.report import write_report
-from torch_abi_harness.results.model import BuildRecord, load_results
+from torch_abi_harness.results.model import BuildRow, load_results
 from torch_abi_harness.run.judge import judge_build
 from torch_abi_harness.static.predict import ArtifactImports
 from torch_abi_harness.static.testing_names import first_release, import_hint
@@ -130,7 +130,7 @@ NOT_RUN = dataclasses.replace(
     result("b2.10.0", "r2.13.0-cpu", Status.NOT_RUN, Verdict.NOT_RUN), reason="not run: the build failed"
 )
 SKIPPED = result("b2.10.0", "r2.10.0-cpu", Status.SKIPPED, Verdict.SKIPPED)
-FAILED_BUILD = BuildRecord("demo@b2.10.0", Verdict.BROKEN, "ops.cpp:3: error: boom", "target 2.10 <= build torch 2.10")
+FAILED_BUILD = BuildRow("demo@b2.10.0", Verdict.BROKEN, "ops.cpp:3: error: boom", "target 2.10 <= build torch 2.10")
 
 
 def test_a_failed_build_is_one_broken_promise_and_its_cells_are_not_run(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import Version
 
-from torch_abi_harness.config import BuildSpec, Extension, Matrix, PublishedFacts, PublishedRequest, is_path
+from torch_abi_harness.config import BuildSpec, Extension, Matrix, PublishedFacts, PublishedRequest, Recipe, is_path
 from torch_abi_harness.core.errors import ResolutionError
 from torch_abi_harness.core.versions import ApiLevel
 from torch_abi_harness.provision.published import PublishedWheel, resolve
@@ -169,7 +169,7 @@ def _build_of(
         module="",  # the derived suite loads each module as its own test case
         min_target=reading.target or ApiLevel.of(torch),
         stable=reading.stable,
-        recipe="wheel",
+        recipe=Recipe.WHEEL,
         root=wheel.path.parent,
         tests=derived_suite(),
         wheel=wheel.path,

@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 from torch_abi_harness.builds.derived import DERIVED_SUITE_FORMAT
+from torch_abi_harness.builds.record import BuildRecord, Handoff
 from torch_abi_harness.core.files import content_digest, file_digest
 from torch_abi_harness.core.versions import ApiLevel
 from torch_abi_harness.plan import BUILD_OUTPUTS, Build
@@ -47,6 +48,107 @@ class BuildResult:
     # None: not compiled here (a prebuilt wheel is promised what it claims) or not built
     built_for: ApiLevel | None = None
 
+    @classmethod
+    def built(
+        cls,
+        build: Build,
+        *,
+        key: str,
+        out: Path,
+        wheel: Path,
+        seconds: float,
+        findings: tuple[str, ...] = (),
+        built_for: ApiLevel | None = None,
+    ) -> BuildResult:
+        """Built here, now, in its folder out: its wheel unpacked into out/site, its log out/build.log."""
+        site, log = out / "site", out / "build.log"
+        return cls(
+            build,
+            reason="",
+            wheel=wheel,
+            site=site,
+            log=log,
+            seconds=seconds,
+            key=key,
+            findings=findings,
+            ok=True,
+            cached=False,
+            built_for=built_for,
+        )
+
+    @classmethod
+    def failed(cls, build: Build, *, key: str, reason: str, log: Path, seconds: float) -> BuildResult:
+        """Its recipe failed (or made no single wheel): a verdict about the extension, cached like a good build."""
+        return cls(
+            build, reason=reason, wheel=None, site=None, log=log, seconds=seconds, key=key, ok=False, cached=False
+        )
+
+    @classmethod
+    def skipped(cls, build: Build, *, key: str, lacking: str, log: Path) -> BuildResult:
+        """Not attempted: this machine lacks what the recipe needs (its cells are SKIPPED); never cached."""
+        return cls(
+            build,
+            reason=f"not built: {lacking}",
+            wheel=None,
+            site=None,
+            log=log,
+            seconds=0.0,
+            key=key,
+            ok=False,
+            cached=False,
+            toolchain=lacking,
+        )
+
+    @classmethod
+    def errored(cls, build: Build, *, key: str, reason: str, log: Path, seconds: float = 0.0) -> BuildResult:
+        """Not built for a reason that says nothing about the extension (its cells are ERROR); never cached."""
+        return cls(
+            build,
+            reason=reason,
+            wheel=None,
+            site=None,
+            log=log,
+            seconds=seconds,
+            key=key,
+            ok=False,
+            cached=False,
+            infrastructure=True,
+        )
+
+    @classmethod
+    def recorded(cls, build: Build, record: BuildRecord, out: Path) -> BuildResult:
+        """The result build.json records in its folder out: a cached build."""
+        return cls(
+            build,
+            ok=record.ok,
+            reason=record.reason,
+            wheel=out / record.wheel if record.wheel else None,
+            site=out / "site" if record.ok else None,
+            log=out / "build.log",
+            seconds=record.seconds,
+            cached=True,
+            key=record.key,
+            findings=record.findings,
+            built_for=ApiLevel.parse(record.built_for) if record.built_for else None,
+        )
+
+    @classmethod
+    def handed_on(cls, build: Build, handoff: Handoff, log: Path) -> BuildResult:
+        """A build job's trouble (its infrastructure failed, or it lacked a toolchain), as that job said it."""
+        return cls(
+            build,
+            ok=False,
+            reason=handoff.reason,
+            wheel=None,
+            site=None,
+            log=log,
+            seconds=handoff.seconds,
+            cached=False,
+            key=handoff.key,
+            infrastructure=handoff.infrastructure,
+            toolchain=handoff.toolchain,
+        )
+
 
 def compiler_identity() -> str:
     """The C++ compiler and the CUDA toolkit (nvcc, CUDA_HOME): part of every build's cache key, so a
@@ -65,7 +167,7 @@ def compiler_identity() -> str:
     return "; ".join(parts)
 
 
-def cache_key(build: Build, torch_version: str, compiler: str) -> str:
+def cache_key(build: Build, torch_version: str | None, compiler: str) -> str:
     wheel, ext = build.extension.wheel, build.extension
     material = {
         "format": BUILD_FORMAT,

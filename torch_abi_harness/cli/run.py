@@ -28,6 +28,7 @@ from torch_abi_harness.config import DEFAULT_MATRIX, Matrix
 from torch_abi_harness.config.matrix import load_matrix, with_overrides
 from torch_abi_harness.core.errors import BadInputError, ExitCode
 from torch_abi_harness.core.files import writable_dir
+from torch_abi_harness.core.kinds import Backend, ExecutorKind
 from torch_abi_harness.gate.candidate import with_candidate
 from torch_abi_harness.plan import Build, Plan, Runtime, make_plan
 from torch_abi_harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
@@ -51,8 +52,8 @@ def matrix_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--backend",
-        choices=["venv", "docker"],
-        default="venv",
+        choices=[str(b) for b in Backend],
+        default=Backend.VENV.value,
         help="where cells run: uv virtualenvs on this host, or hardened Docker containers (default: %(default)s)",
     )
     p.add_argument(
@@ -171,7 +172,7 @@ def executing_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--executor",
-        choices=["forkserver", "fresh"],
+        choices=[str(k) for k in (ExecutorKind.FORKSERVER, ExecutorKind.FRESH)],  # the venv backend's
         default=None,
         help="venv backend: fork each cell from one process per runtime that imported torch and pytest once, "
         "or start a fresh interpreter per cell (default: forkserver; cuda runtimes always run fresh)",
@@ -265,7 +266,7 @@ def add_build(command: Command) -> None:
 def load_matrix_with_overrides(args: argparse.Namespace) -> Matrix:
     """The matrix as a command runs it: overrides applied, published wheels resolved (downloaded once into the
     cache), the candidate's probe added."""
-    if args.use_env and args.backend != "venv":
+    if args.use_env and args.backend != Backend.VENV:
         raise BadInputError("--use-env is for the venv backend: the docker backend runs the envs it makes or images")
     matrix = with_overrides(
         load_matrix(args.matrix), args.add_runtime, args.extra_index_url, args.find_links, args.use_env
@@ -286,11 +287,11 @@ def selected_plan(args: argparse.Namespace) -> Plan:
     """The cells this invocation is about: -k selectors, then --rerun-failed, then --shard.
     When --rerun-failed leaves none, it says so (on stderr) and the plan is empty."""
     matrix = load_matrix_with_overrides(args)
-    plan = make_plan(matrix, args.select, args.backend)
+    plan = make_plan(matrix, args.select, Backend(args.backend))
     durations = durations_of(args)
     if args.rerun_failed is not None:
         failed = load_run(args.rerun_failed).failed_ids
-        gone = sorted(failed - {c.id for c in make_plan(matrix, (), args.backend).cells})
+        gone = sorted(failed - {c.id for c in make_plan(matrix, (), Backend(args.backend)).cells})
         if gone:
             notes.print(
                 f"[yellow]warning[/]: {len(gone)} failed cell(s) of {escape(str(args.rerun_failed))} are not in "
@@ -333,7 +334,7 @@ def execute(args: argparse.Namespace, plan: Plan) -> Executed:
     """Build, run and report the plan's cells (`run`, `gate`); the grid is printed, the report written."""
     # Only the commands that run cells load the pipeline (executors, builds, the report writers): ~0.4 s.
     from torch_abi_harness.run.cells import RunOptions
-    from torch_abi_harness.run.pipeline import Pipeline, make_backend
+    from torch_abi_harness.run.pipeline import BackendChoice, Pipeline, make_backend
 
     matrix = plan.matrix
     if args.no_python_downloads:
@@ -351,13 +352,14 @@ def execute(args: argparse.Namespace, plan: Plan) -> Executed:
         require_toolchain=args.require_toolchain or args.require_gpu,
         prebuilt=getattr(args, "prebuilt", None),
     )
-    if args.executor and args.backend != "venv":
+    if args.executor and args.backend != Backend.VENV:
         raise BadInputError(
             f"--executor {args.executor} is for the venv backend; --backend docker runs a container per cell"
         )
-    executor = args.executor or "forkserver"
-    backend = make_backend(args.backend, matrix, options.cache_dir, args.docker_route, args.keep_containers, executor)
-    how = f"{executor} processes" if args.backend == "venv" else "one container per cell"
+    executor = ExecutorKind(args.executor or ExecutorKind.FORKSERVER)
+    choice = BackendChoice(args.docker_route, args.keep_containers, executor)
+    backend = make_backend(Backend(args.backend), matrix, options.cache_dir, choice)
+    how = f"{executor} processes" if args.backend == Backend.VENV else "one container per cell"
     shard = f", shard {plan.shard} of {len(plan.unsharded or ())}" if plan.shard else ""
     print_preamble(plan, f"(backend {args.backend}, {how}, {args.jobs} at a time{shard})")
     observer = ConsoleObserver()

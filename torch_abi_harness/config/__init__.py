@@ -11,9 +11,10 @@ from typing import Any, Literal
 
 from packaging.version import Version
 
+from torch_abi_harness.core.kinds import Device as Device  # re-exported: a config holds it
+from torch_abi_harness.core.kinds import Recipe as Recipe
 from torch_abi_harness.core.versions import ApiLevel
 
-Device = Literal["cpu", "cuda"]
 DEFAULT_MATRIX = Path("matrix.yaml")
 DEFAULT_PYTHON = "3.11"
 
@@ -74,7 +75,7 @@ class Extension:
     module: str
     min_target: ApiLevel
     stable: bool
-    recipe: str
+    recipe: Recipe
     root: Path
     tests: Path
     expect: str | None = None  # a negative control's status where it loads: TEST_FAILED, CRASHED or TIMEOUT
@@ -91,7 +92,7 @@ class Extension:
 class RuntimeSpec:
     torch: Version
     variant: str = "auto"
-    device: Device = "cpu"
+    device: Device = Device.CPU
     image: str | None = None  # docker backend: an image that already holds this release
     python: str | None = None  # a version (3.10) or an interpreter's path; None: the matrix's python
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from torch_abi_harness.config import Extension
+from torch_abi_harness.config import Extension, Recipe
 from torch_abi_harness.core.errors import ConfigError
 from torch_abi_harness.core.schema import Document
 from torch_abi_harness.core.versions import ApiLevel
@@ -34,7 +34,7 @@ def load_extension(directory: Path) -> Extension:
         module=data["module"],
         min_target=ApiLevel.parse(data["min_target"]),
         stable=data.get("stable", True),
-        recipe=data["recipe"],
+        recipe=Recipe(data["recipe"]),
         root=directory.resolve(),
         tests=tests,
         expect=data.get("expect"),
@@ -53,7 +53,7 @@ def sources_root_of(doc: Document, directory: Path, problems: list[str]) -> Path
     if given is None:
         return None
     where = doc.where(("sources_root",))
-    if doc.data["recipe"] != "pep517":
+    if doc.data["recipe"] != Recipe.PEP517:
         problems.append(f"{where}: only `recipe: pep517` builds from sources; remove it")
         return None
     root, here = (directory / given).resolve(), directory.resolve()

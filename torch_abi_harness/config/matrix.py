@@ -19,6 +19,7 @@ from torch_abi_harness.config import (
     DEFAULT_PYTHON,
     BuildSpec,
     CudaPolicy,
+    Device,
     DockerSettings,
     Extension,
     KnownBreak,
@@ -297,7 +298,7 @@ def expand_runtime(doc: Document, index: int, problems: list[str]) -> list[Runti
         RuntimeSpec(
             torches[c["torch"]] or Version("0"),
             c["variant"] or "auto",
-            c["device"] or "cpu",
+            Device(c["device"] or Device.CPU),
             item.get("image"),
             python_request(doc, c["python"]),
         )
@@ -342,11 +343,11 @@ def with_overrides(
     problems: list[str] = []
     for text in add_runtimes:
         release, _, device = text.partition(":")
-        if device not in ("", "cpu", "cuda"):
+        if device not in ("", *Device):
             problems.append(f"--add-runtime {text!r}: the device after ':' must be cpu or cuda")
             continue
         try:
-            spec = RuntimeSpec(parse_release(release), device=device or "cpu")  # type: ignore[arg-type]
+            spec = RuntimeSpec(parse_release(release), device=Device(device or Device.CPU))
         except ValueError as exc:
             problems.append(f"--add-runtime {text!r}: {exc}")
             continue

@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Protocol
 from torch_abi_harness.builds import BuildResult
 from torch_abi_harness.core import processes
 from torch_abi_harness.core.files import write_atomic
+from torch_abi_harness.core.kinds import Backend, ExecutorKind
 from torch_abi_harness.core.status import Status
 from torch_abi_harness.plan import Cell, Runtime
 from torch_abi_harness.provision.envs import Env
@@ -109,7 +110,7 @@ class CellExecution:
     # Set when the backend decided the cell without a result from pytest: the docker engine
     # failed it (ERROR), or cannot give it the GPU it asks for (SKIPPED).
     decided: tuple[Status, str] | None = None
-    executor: str | None = None  # the Launched's kind; None when the cell never started
+    executor: ExecutorKind | None = None  # the Launched's kind; None when the cell never started
     request: CellRequest | None = None  # what was run (None only where a record is made without an executor)
 
     @property
@@ -167,7 +168,7 @@ class CappedLog:
 class Launched(Protocol):
     """One cell's process (or container), started."""
 
-    kind: str  # how the cell runs, for its record: fresh (a new interpreter), forkserver, container
+    kind: ExecutorKind  # how the cell runs, for its record: fresh (a new interpreter), forkserver, container
 
     def wait(self, timeout: float | None) -> int | None:
         """Its exit code as subprocess gives it (a signal death is -N); None if still running after timeout."""
@@ -182,7 +183,7 @@ class Launched(Protocol):
 class Executor(abc.ABC):
     """The template every backend runs cells through."""
 
-    name: ClassVar[str]
+    name: ClassVar[Backend]
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -252,7 +253,7 @@ class Executor(abc.ABC):
 
     def _run(
         self, request: CellRequest, view: CellView, stdout: CappedLog, stderr: CappedLog
-    ) -> tuple[int | None, bool, str]:
+    ) -> tuple[int | None, bool, ExecutorKind]:
         if self.stopping:
             raise processes.Interrupted(f"not started, the run is stopping: {request.cell.id}")
         launched = self.start(request, view, stdout, stderr)

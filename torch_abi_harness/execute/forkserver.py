@@ -43,6 +43,7 @@ from typing import IO
 
 from torch_abi_harness.core import processes
 from torch_abi_harness.core.files import write_atomic
+from torch_abi_harness.core.kinds import Device, ExecutorKind
 from torch_abi_harness.core.status import Status
 from torch_abi_harness.execute import sandbox
 from torch_abi_harness.execute.api import CappedLog, CellDecided, CellExecution, CellRequest, CellView, Launched
@@ -66,7 +67,7 @@ class ForkedCell:
     The cell's process is watched through a pidfd as well: once it has ended (or been killed), the server
     has `ANSWER_SECONDS` to report it, else it is taken for unresponsive (`wait` raises CellDecided)."""
 
-    kind = "forkserver"
+    kind = ExecutorKind.FORKSERVER
 
     def __init__(self, reply: socket.socket, pumps: list[LogPump], server: Server) -> None:
         self.reply = reply
@@ -292,7 +293,7 @@ def _read(output: IO[bytes], limit: int = 1 << 20) -> bytes:
 class ForkserverBackend(VenvBackend):
     """The venv backend, its cells forked from a per-runtime server instead of started fresh."""
 
-    executor = "forkserver"
+    executor = ExecutorKind.FORKSERVER
 
     def __init__(self, preload: Sequence[str] = ()) -> None:
         super().__init__()
@@ -335,7 +336,7 @@ class ForkserverBackend(VenvBackend):
     def _forks(self, request: CellRequest) -> bool:
         """Whether the cell is forked from its runtime's server; else it starts fresh, as the venv backend's do.
         CUDA must not be initialised in a process that forks; a preload must be in place before torch loads."""
-        return request.cell.runtime.device != "cuda" and not request.preload
+        return request.cell.runtime.device != Device.CUDA and not request.preload
 
     def start(self, request: CellRequest, view: CellView, stdout: CappedLog, stderr: CappedLog) -> Launched:
         if self._forks(request):

@@ -21,6 +21,7 @@ from typing import IO
 
 from torch_abi_harness.core import commands, processes
 from torch_abi_harness.core.files import write_atomic
+from torch_abi_harness.core.kinds import Backend, ExecutorKind
 from torch_abi_harness.execute import sandbox
 from torch_abi_harness.execute.api import (
     PRELOAD_TRACE,
@@ -153,7 +154,7 @@ def interpreter_environ(threads: int, pythonpath: Sequence[Path]) -> dict[str, s
 
 
 class VenvBackend(Executor):
-    name = "venv"
+    name = Backend.VENV
 
     def __init__(self) -> None:
         super().__init__()
@@ -203,7 +204,7 @@ class Process:
     """A command in its own session and process group (in the sandbox when given one), its output
     pumped into capped logs. Killing it kills its whole group."""
 
-    kind = "fresh"
+    kind = ExecutorKind.FRESH
 
     def __init__(self, proc: subprocess.Popen[bytes], pumps: list[LogPump], box: sandbox.Sandbox) -> None:
         self.proc = proc

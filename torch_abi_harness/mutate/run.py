@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from torch_abi_harness.core import processes
+from torch_abi_harness.core.kinds import Backend
 from torch_abi_harness.core.status import Status
 from torch_abi_harness.core.versions import release_of
 from torch_abi_harness.execute.api import PRELOAD_TRACE, Executor
@@ -240,7 +241,7 @@ def mutate(
 ) -> MutationRun:
     """The whole mutation run over the plan's cells (choose them with default_cells)."""
     started_at, started = datetime.datetime.now(datetime.UTC), time.monotonic()
-    backend = make_backend("venv", plan.matrix, options.cache_dir)
+    backend = make_backend(Backend.VENV, plan.matrix, options.cache_dir)
     preparer = Preparer(plan, options.cache_dir, options.jobs, observer, backend)
     prepared = preparer.prepare()
     run_id, run_dir = new_run_dir(options.reports_dir)

@@ -24,6 +24,7 @@ from typing import Any
 import jinja2
 
 from torch_abi_harness.core.files import open_inside, run_relative, write_atomic
+from torch_abi_harness.core.kinds import Backend
 from torch_abi_harness.core.status import Status
 from torch_abi_harness.core.text import natural_key
 from torch_abi_harness.render.grid import Grid
@@ -120,7 +121,7 @@ def reproduce(run: RunResult, cell: CellResult) -> str:
     words = ["python", "-m", "torch_abi_harness", "run", "--matrix", run.matrix, "-k", cell.id]
     if run.candidate:
         words += ["--candidate", run.candidate]
-    if cell.backend == "docker":
+    if cell.backend == Backend.DOCKER:
         words += ["--backend", "docker"]
     return shlex.join(words)
 

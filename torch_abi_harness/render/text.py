@@ -14,7 +14,7 @@ from torch_abi_harness.core.text import md_code, md_text, natural_key
 from torch_abi_harness.render.grid import NOT_RUN, NOT_RUN_MEANING, Grid
 from torch_abi_harness.results.cases import DocDifference
 from torch_abi_harness.results.known_breaks import outcomes
-from torch_abi_harness.results.model import BuildRecord, CellResult, RunResult
+from torch_abi_harness.results.model import BuildRow, CellResult, RunResult
 from torch_abi_harness.verdict import Verdict
 
 VERDICT_SYMBOL = {
@@ -170,7 +170,7 @@ def known_breaks_markdown(run: RunResult) -> list[str]:
     return [*lines, ""]
 
 
-def build_mark(build: BuildRecord | None) -> tuple[str, str]:
+def build_mark(build: BuildRow | None) -> tuple[str, str]:
     """A build row's own mark beside its id (its verdict where it did not simply build, 🔎 for findings) and the
     same in words; ('', '') for a build that built as promised with nothing found."""
     if build is None:

@@ -35,7 +35,7 @@ RESULTS_SCHEMA_VERSION = 8
 
 
 @dataclasses.dataclass(frozen=True)
-class BuildRecord:
+class BuildRow:
     """One build of a run, as the build row of the reports shows it: whether it built where promised (a build
     that failed where it should compile is one broken promise, its cells NOT_RUN), why not, and what was
     found about it (the target its compiler was really given, a prebuilt wheel's claim)."""
@@ -71,7 +71,7 @@ class BuildRecord:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> BuildRecord:
+    def from_json(cls, data: dict[str, Any]) -> BuildRow:
         return cls(
             data["id"],
             Verdict(data["verdict"]),
@@ -348,7 +348,7 @@ class RunResult:
     known_breaks: tuple[KnownBreak, ...] = ()  # the matrix's known_breaks entries (from version 6)
     candidate: str | None = None  # `run --candidate`: the release tried as a build torch and a runtime (from 6)
     published: tuple[PublishedBuild, ...] = ()  # the builds that are published wheels (from 8)
-    builds: tuple[BuildRecord, ...] = ()  # each build's outcome, the build rows (from 8)
+    builds: tuple[BuildRow, ...] = ()  # each build's outcome, the build rows (from 8)
 
     @property
     def exit_code(self) -> ExitCode:
@@ -431,7 +431,7 @@ class RunResult:
             known_breaks=tuple(KnownBreak.from_json(k) for k in data.get("known_breaks", ())),  # from 6
             candidate=data.get("candidate"),  # from 6
             published=tuple(PublishedBuild.from_json(p) for p in data.get("published", ())),  # from 8
-            builds=tuple(BuildRecord.from_json(b) for b in data.get("build_results", ())),  # from 8
+            builds=tuple(BuildRow.from_json(b) for b in data.get("build_results", ())),  # from 8
         )
 
 

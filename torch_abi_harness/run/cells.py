@@ -17,6 +17,7 @@ from pathlib import Path
 
 from torch_abi_harness.config import Matrix
 from torch_abi_harness.core import commands, processes
+from torch_abi_harness.core.kinds import Device
 from torch_abi_harness.core.status import Condition, Status
 from torch_abi_harness.execute.api import CellExecution, CellRequest, Executor, RuntimeHandle
 from torch_abi_harness.plan import Cell, Plan
@@ -212,7 +213,7 @@ class CellRunner:
     def reconsider(self, request: CellRequest, execution: CellExecution, outcome: CellOutcome) -> CellOutcome:
         """The outcome as evidence: no GPU where one is required, a cell the run's stop cut short, or one
         that failed on a damaged env, build, test dependencies or a full disk is ERROR, not the extension's."""
-        if request.cell.runtime.device == "cuda" and outcome.status is Status.SKIPPED and self.options.require_gpu:
+        if request.cell.runtime.device == Device.CUDA and outcome.status is Status.SKIPPED and self.options.require_gpu:
             return dataclasses.replace(outcome, status=Status.ERROR, reason=f"--require-gpu: {outcome.reason}")
         stopped = processes.REGISTRY.stopping.is_set() or self.backend.stopping
         if stopped and outcome.status not in {Status.PASS, Status.SKIPPED}:

@@ -8,7 +8,7 @@ import os
 import signal
 import stat
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -266,83 +266,204 @@ def missing_only(missing: tuple[tuple[str, str], ...], failures: int) -> str | N
     return f"{len(tests)} test(s) failed only on a missing module (first: {missing[0][0]}); {missing_fix(modules)}"
 
 
-def classify(execution: CellExecution, timeout: float) -> CellOutcome:
-    record = ProbeRecord.read(execution.probe)
-    probe = record or ProbeRecord()
-    junit = read_junit(execution.junit)
-    counts = junit.counts if junit else CaseCounts()
-    failing = junit.failing if junit else ()
-    tests_seconds = junit.seconds if junit else None
+@dataclasses.dataclass(frozen=True)
+class Seen:
+    """What a cell left, read once, as classify's rules look at it."""
 
-    def outcome(status: Status, reason: str, **extra: Any) -> CellOutcome:
-        return CellOutcome(status, reason, counts, failing, probe=probe, tests_seconds=tests_seconds, **extra)
+    execution: CellExecution
+    timeout: float
+    record: ProbeRecord | None  # None: the probe wrote nothing (it never ran)
+    junit: JunitReport | None
 
-    if execution.decided:
-        return outcome(*execution.decided)
-    before_load = probe.phase in BEFORE_LOAD
-    if execution.timed_out:
-        if before_load:
-            return outcome(
-                Status.ERROR,
-                f"no result after {timeout:.0f} s, killed {_where(probe)}, before the extension was loaded",
-            )
-        return outcome(Status.TIMEOUT, f"no result after {timeout:.0f} s, killed {_where(probe)}")
-    code = execution.returncode
-    assert code is not None
-    if code < 0:
-        if before_load:
-            return outcome(
-                Status.ERROR,
-                f"the runtime crashed ({_signal_name(-code)}) {_where(probe)}, before the extension was loaded: "
-                "the torch environment is suspect, not the extension",
-            )
-        return outcome(Status.CRASHED, f"killed by {_signal_name(-code)} {_where(probe)}")
-    if record is None:
-        return outcome(Status.ERROR, f"the cell exited {code} before the harness probe ran; see stderr.log")
-    if probe.phase == "skipped" and code == SKIP_EXIT:
-        return outcome(Status.SKIPPED, probe.skip_reason or "skipped")
-    if probe.load_ok is False:
-        symbol = probe.missing_symbol
-        version = probe.missing_version
-        if symbol:
-            readable = demangle([symbol]).get(symbol, symbol)
-            reason = f"undefined symbol: {readable}" + (f" ({symbol})" if readable != symbol else "")
-        elif version:
-            reason = f"version {version} not found"
-        else:
-            reason = (probe.error_chain or ("unknown load error",))[-1]
-        return outcome(Status.LOAD_FAILED, reason, missing_symbol=symbol)
-    unloaded = [m for m in probe.modules if m.error is not None]
-    if unloaded and code in (0, 1):  # a published wheel's derived suite: one module's load failure fails the cell
-        first = unloaded[0]
-        if first.missing_symbol:
-            why = f"undefined symbol: {first.missing_symbol}"
-        elif first.missing_library:
-            why = f"{first.missing_library}: cannot open shared object file"
-        else:
-            why = (first.error or "").splitlines()[0][:200]
-        return outcome(
-            Status.LOAD_FAILED,
-            f"{len(unloaded)} of {len(probe.modules)} modules did not load: {first.name}: {why}",
-            missing_symbol=first.missing_symbol,
+    @property
+    def probe(self) -> ProbeRecord:
+        return self.record or ProbeRecord()
+
+    @property
+    def counts(self) -> CaseCounts:
+        return self.junit.counts if self.junit else CaseCounts()
+
+    @property
+    def code(self) -> int:
+        """Its exit code: asked only once it neither timed out nor was decided, so it exited."""
+        code = self.execution.returncode
+        assert code is not None
+        return code
+
+    @property
+    def before_load(self) -> bool:
+        return self.probe.phase in BEFORE_LOAD
+
+
+@dataclasses.dataclass(frozen=True)
+class Found:
+    """A rule's answer: the cell's status and why."""
+
+    status: Status
+    reason: str
+    missing_symbol: str | None = None
+
+
+Rule = Callable[[Seen], Found | None]
+
+
+def decided(seen: Seen) -> Found | None:
+    """The executor decided the cell itself (its process could not start, the run was stopped)."""
+    return Found(*seen.execution.decided) if seen.execution.decided else None
+
+
+def timed_out(seen: Seen) -> Found | None:
+    """Killed at its timeout: the extension's hang, or the runtime's when it had not reached the extension."""
+    if not seen.execution.timed_out:
+        return None
+    killed = f"no result after {seen.timeout:.0f} s, killed {_where(seen.probe)}"
+    if seen.before_load:
+        return Found(Status.ERROR, f"{killed}, before the extension was loaded")
+    return Found(Status.TIMEOUT, killed)
+
+
+def crashed(seen: Seen) -> Found | None:
+    """Killed by a signal: a crash of the extension's, or the runtime's when it had not reached the extension."""
+    if seen.code >= 0:
+        return None
+    name = _signal_name(-seen.code)
+    if seen.before_load:
+        return Found(
+            Status.ERROR,
+            f"the runtime crashed ({name}) {_where(seen.probe)}, before the extension was loaded: "
+            "the torch environment is suspect, not the extension",
         )
-    module_file = probe.module_file
-    if module_file and not Path(module_file).resolve().is_relative_to(execution.view.site.resolve()):
-        return outcome(Status.ERROR, f"the tests imported the extension from {module_file}, not from the built wheel")
-    if code not in (0, 1) and probe.collect_error is not None:
-        return outcome(Status.ERROR, probe.collect_error.reason())
-    if junit is None:
-        return outcome(Status.ERROR, f"pytest exited {code} without writing its junit report")
-    if code == 0:
-        if counts.passed:
-            return outcome(
-                Status.PASS, f"{counts.passed} passed" + (f", {counts.skipped} skipped" if counts.skipped else "")
-            )
-        return outcome(Status.SKIPPED, f"all {counts.skipped} tests skipped")
-    missing = missing_only(probe.missing_modules, counts.failed + counts.errors)
-    if code == 1 and missing:
-        return outcome(Status.ERROR, missing)
-    if code == 1 and (counts.failed or counts.errors):
-        shown = ", ".join(failing[:3]) + (f" (+{len(failing) - 3} more)" if len(failing) > 3 else "")
-        return outcome(Status.TEST_FAILED, f"{counts.failed + counts.errors} of {counts.total} tests failed: {shown}")
-    return outcome(Status.ERROR, f"pytest exit {code}: {PYTEST_EXIT.get(code, 'unexpected exit code')}")
+    return Found(Status.CRASHED, f"killed by {name} {_where(seen.probe)}")
+
+
+def no_probe(seen: Seen) -> Found | None:
+    if seen.record is not None:
+        return None
+    return Found(Status.ERROR, f"the cell exited {seen.code} before the harness probe ran; see stderr.log")
+
+
+def probe_skipped(seen: Seen) -> Found | None:
+    """The probe skipped the cell (a CUDA runtime without a GPU)."""
+    if seen.probe.phase == "skipped" and seen.code == SKIP_EXIT:
+        return Found(Status.SKIPPED, seen.probe.skip_reason or "skipped")
+    return None
+
+
+def load_failed(seen: Seen) -> Found | None:
+    """The extension did not load: the symbol or version it lacked, else the last error of the chain."""
+    probe = seen.probe
+    if probe.load_ok is not False:
+        return None
+    symbol, version = probe.missing_symbol, probe.missing_version
+    if symbol:
+        readable = demangle([symbol]).get(symbol, symbol)
+        reason = f"undefined symbol: {readable}" + (f" ({symbol})" if readable != symbol else "")
+    elif version:
+        reason = f"version {version} not found"
+    else:
+        reason = (probe.error_chain or ("unknown load error",))[-1]
+    return Found(Status.LOAD_FAILED, reason, symbol)
+
+
+def module_unloaded(seen: Seen) -> Found | None:
+    """A published wheel's derived suite: one module's load failure fails the cell."""
+    unloaded = [m for m in seen.probe.modules if m.error is not None]
+    if not unloaded or seen.code not in (0, 1):
+        return None
+    first = unloaded[0]
+    if first.missing_symbol:
+        why = f"undefined symbol: {first.missing_symbol}"
+    elif first.missing_library:
+        why = f"{first.missing_library}: cannot open shared object file"
+    else:
+        why = (first.error or "").splitlines()[0][:200]
+    reason = f"{len(unloaded)} of {len(seen.probe.modules)} modules did not load: {first.name}: {why}"
+    return Found(Status.LOAD_FAILED, reason, first.missing_symbol)
+
+
+def foreign_module(seen: Seen) -> Found | None:
+    """The suite imported an extension of that name from elsewhere than the built wheel's site/."""
+    module_file = seen.probe.module_file
+    if module_file and not Path(module_file).resolve().is_relative_to(seen.execution.view.site.resolve()):
+        return Found(Status.ERROR, f"the tests imported the extension from {module_file}, not from the built wheel")
+    return None
+
+
+def collect_error(seen: Seen) -> Found | None:
+    """The suite could not be collected (what it could not import, as the probe saw it)."""
+    if seen.code not in (0, 1) and seen.probe.collect_error is not None:
+        return Found(Status.ERROR, seen.probe.collect_error.reason())
+    return None
+
+
+def no_junit(seen: Seen) -> Found | None:
+    return (
+        None
+        if seen.junit is not None
+        else Found(Status.ERROR, f"pytest exited {seen.code} without writing its junit report")
+    )
+
+
+def exited_zero(seen: Seen) -> Found | None:
+    """pytest exited 0: passed (its skips said), or every test skipped."""
+    if seen.code != 0:
+        return None
+    counts = seen.counts
+    if counts.passed:
+        return Found(Status.PASS, f"{counts.passed} passed" + (f", {counts.skipped} skipped" if counts.skipped else ""))
+    return Found(Status.SKIPPED, f"all {counts.skipped} tests skipped")
+
+
+def missing_modules(seen: Seen) -> Found | None:
+    """Every failing test failed on a module the runtime lacks: the suite's environment failed, not the extension."""
+    missing = missing_only(seen.probe.missing_modules, seen.counts.failed + seen.counts.errors)
+    return Found(Status.ERROR, missing) if seen.code == 1 and missing else None
+
+
+def tests_failed(seen: Seen) -> Found | None:
+    counts = seen.counts
+    if seen.code != 1 or not (counts.failed or counts.errors):
+        return None
+    failing = seen.junit.failing if seen.junit else ()
+    shown = ", ".join(failing[:3]) + (f" (+{len(failing) - 3} more)" if len(failing) > 3 else "")
+    return Found(Status.TEST_FAILED, f"{counts.failed + counts.errors} of {counts.total} tests failed: {shown}")
+
+
+def pytest_exit(seen: Seen) -> Found:
+    """Anything else pytest exited with: the harness's or pytest's trouble."""
+    return Found(Status.ERROR, f"pytest exit {seen.code}: {PYTEST_EXIT.get(seen.code, 'unexpected exit code')}")
+
+
+# classify's rules, tried in this order: the first that answers decides the cell; pytest_exit answers every cell.
+RULES: tuple[Rule, ...] = (
+    decided,
+    timed_out,
+    crashed,
+    no_probe,
+    probe_skipped,
+    load_failed,
+    module_unloaded,
+    foreign_module,
+    collect_error,
+    no_junit,
+    exited_zero,
+    missing_modules,
+    tests_failed,
+    pytest_exit,
+)
+
+
+def classify(execution: CellExecution, timeout: float) -> CellOutcome:
+    """A cell's status and reason from what it left: the first of RULES that answers."""
+    seen = Seen(execution, timeout, ProbeRecord.read(execution.probe), read_junit(execution.junit))
+    found = next(f for f in (rule(seen) for rule in RULES) if f is not None)
+    junit = seen.junit
+    return CellOutcome(
+        found.status,
+        found.reason,
+        seen.counts,
+        junit.failing if junit else (),
+        missing_symbol=found.missing_symbol,
+        probe=seen.probe,
+        tests_seconds=junit.seconds if junit else None,
+    )

@@ -29,7 +29,7 @@ from torch_abi_harness.core.status import Status
 from torch_abi_harness.plan import Cell, cell_id_parts
 from torch_abi_harness.results.cases import CaseCounts, DocDifference, ModuleLoad
 from torch_abi_harness.results.known_breaks import matches
-from torch_abi_harness.results.model import Attempt, BuildRecord, CellLogs, CellResult, Durations
+from torch_abi_harness.results.model import Attempt, BuildRow, CellLogs, CellResult, Durations
 from torch_abi_harness.results.prediction import CellPrediction
 from torch_abi_harness.results.rundir import RESULT_FILE, write_cell
 from torch_abi_harness.verdict import Expected, Promise, Verdict, build_promise, promise
@@ -206,7 +206,7 @@ class Judge:
         return recorded(known_break(result, self.known_breaks, self.today), out)
 
 
-def judge_build(result: BuildResult) -> BuildRecord:
+def judge_build(result: BuildResult) -> BuildRow:
     """A build's row of the report: its verdict against the build's promise (compile where its target is not
     newer than its build torch), why it failed, and what was found about it."""
     build = result.build
@@ -220,7 +220,7 @@ def judge_build(result: BuildResult) -> BuildRecord:
     else:
         verdict = judge(expectation.expected, Status.BUILD_FAILED)
     built_for = result.built_for or (build.effective_target if result.ok else None)
-    return BuildRecord(
+    return BuildRow(
         build.id,
         verdict,
         result.reason,

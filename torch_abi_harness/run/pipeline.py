@@ -13,7 +13,7 @@ import datetime
 import functools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from elftools.common.exceptions import ELFError
@@ -23,6 +23,7 @@ from torch_abi_harness.builds import BuildResult
 from torch_abi_harness.config import Matrix
 from torch_abi_harness.core import processes
 from torch_abi_harness.core.errors import HarnessError
+from torch_abi_harness.core.kinds import Backend, ExecutorKind
 from torch_abi_harness.core.parallel import parallel
 from torch_abi_harness.core.versions import release_of
 from torch_abi_harness.execute.api import Executor, RuntimeHandle
@@ -33,7 +34,7 @@ from torch_abi_harness.provision.host import HostFacts
 from torch_abi_harness.provision.sources import resolve_sources
 from torch_abi_harness.render.report import write_report
 from torch_abi_harness.results.cases import PublishedBuild
-from torch_abi_harness.results.model import BuildRecord, CellResult, RunResult
+from torch_abi_harness.results.model import BuildRow, CellResult, RunResult
 from torch_abi_harness.results.rundir import new_run_dir, point_latest, with_build_log
 from torch_abi_harness.run.cells import CellRunner, RunOptions, runtime_facts, timeouts_text
 from torch_abi_harness.run.judge import Judge, judge_build, recorded, retried
@@ -50,22 +51,44 @@ log = logging.getLogger(__name__)
 Artifacts = dict[Build, tuple[ArtifactImports, ArtifactFacts]]
 
 
-def make_backend(
-    name: str,
-    matrix: Matrix,
-    cache_dir: Path,
-    route: str | None = None,
-    keep_containers: bool = False,
-    executor: str = "forkserver",
-) -> Executor:
-    """The backend cells run in; for docker, the engine is checked here, before any work."""
-    if name == "venv":
-        return ForkserverBackend(matrix.settings.preload) if executor == "forkserver" else VenvBackend()
+@dataclasses.dataclass(frozen=True)
+class BackendChoice:
+    """What `run` says of the backend beyond its name: the docker route, whether containers are kept, and how the
+    venv backend starts a cell's process."""
+
+    route: str | None = None  # docker: the matrix's route when None
+    keep_containers: bool = False
+    executor: ExecutorKind = ExecutorKind.FORKSERVER  # venv: forked from a server per runtime, or fresh
+
+
+def _venv_backend(matrix: Matrix, cache_dir: Path, choice: BackendChoice) -> Executor:
+    return VENV_EXECUTORS[choice.executor](matrix)
+
+
+def _docker_backend(matrix: Matrix, cache_dir: Path, choice: BackendChoice) -> Executor:
     from torch_abi_harness.execute.container.backend import DockerBackend  # the docker SDK only when asked for
     from torch_abi_harness.execute.container.engine import connect
 
+    route = choice.route
     settings = matrix.docker if route is None else dataclasses.replace(matrix.docker, route=route)  # type: ignore[arg-type]
-    return DockerBackend(connect(), settings, cache_dir, resolve_sources(matrix.sources), keep_containers)
+    return DockerBackend(connect(), settings, cache_dir, resolve_sources(matrix.sources), choice.keep_containers)
+
+
+# How the venv backend starts each cell's process (`run --executor`).
+VENV_EXECUTORS: dict[ExecutorKind, Callable[[Matrix], Executor]] = {
+    ExecutorKind.FORKSERVER: lambda matrix: ForkserverBackend(matrix.settings.preload),
+    ExecutorKind.FRESH: lambda matrix: VenvBackend(),
+}
+# Where cells run (`run --backend`): each backend's factory.
+BACKENDS: dict[Backend, Callable[[Matrix, Path, BackendChoice], Executor]] = {
+    Backend.VENV: _venv_backend,
+    Backend.DOCKER: _docker_backend,
+}
+
+
+def make_backend(name: Backend, matrix: Matrix, cache_dir: Path, choice: BackendChoice = BackendChoice()) -> Executor:
+    """The backend cells run in; for docker, the engine is checked here, before any work."""
+    return BACKENDS[name](matrix, cache_dir, choice)
 
 
 class Pipeline:
@@ -78,7 +101,7 @@ class Pipeline:
         self.identity = plan.identity  # what the cells run from, read before any of them runs
         self.op_calls: dict[str, frozenset[OpCall]] = {}  # per extension: the ops its builds call by name (the gate)
         self.build_seconds: dict[str, float] = {}  # per extension: the time its builds took in this run (0: cached)
-        self.build_records: tuple[BuildRecord, ...] = ()  # the builds' rows of the report, once they are made
+        self.build_rows: tuple[BuildRow, ...] = ()  # the builds' rows of the report, once they are made
 
     def execute(self) -> tuple[RunResult, Path]:
         """The whole run; the report is written even when it is interrupted (ReportError if it cannot be)."""
@@ -98,7 +121,7 @@ class Pipeline:
             self.record_builds(builds, artifacts)
             predictions = self.predict_cells(prepared.handles, artifacts)
             promises = self.promises(prepared.handles, artifacts, builds)
-            self.build_records = tuple(judge_build(builds[b]) for b in self.plan.builds if b in builds)
+            self.build_rows = tuple(judge_build(builds[b]) for b in self.plan.builds if b in builds)
             runner = CellRunner(self.plan, self.options, self.backend, self.preparer, prepared, run_dir)
             timeouts = timeouts_text(cells, self.options, self.plan.matrix)
             self.observer.stage("run", f"{len(cells)} cell(s), {self.options.jobs} at a time, {timeouts}")
@@ -199,7 +222,7 @@ class Pipeline:
             known_breaks=self.plan.matrix.known_breaks,
             candidate=self.plan.matrix.candidate,
             published=published_builds(self.plan.builds),
-            builds=self.build_records,
+            builds=self.build_rows,
         )
         write_report(run, run_dir)
         point_latest(self.options.reports_dir, run_dir)

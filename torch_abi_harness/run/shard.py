@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 from torch_abi_harness.core.errors import BadInputError
+from torch_abi_harness.core.kinds import Recipe
 from torch_abi_harness.plan import Build, Cell, Plan, Shard
 from torch_abi_harness.results.model import RunResult
 from torch_abi_harness.verdict import promise
@@ -40,7 +41,7 @@ T = TypeVar("T")
 
 def build_seconds(build: Build) -> float:
     """The cost model for a build: a prebuilt wheel is only unpacked; nvcc and the classic ATen headers are slow."""
-    if build.extension.recipe == "wheel":
+    if build.extension.recipe == Recipe.WHEEL:
         return BUILD_SECONDS["wheel"]
     if build.variant.startswith("cu"):
         return BUILD_SECONDS["cuda"]

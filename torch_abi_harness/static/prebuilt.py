@@ -22,6 +22,7 @@ from packaging.tags import Tag, compatible_tags, cpython_tags, platform_tags
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
+from torch_abi_harness.core.kinds import Recipe
 from torch_abi_harness.core.schema import Document
 from torch_abi_harness.core.versions import ApiLevel
 from torch_abi_harness.static.manifest import Manifest
@@ -86,7 +87,7 @@ def wheel_of(doc: Document, directory: Path, problems: list[str]) -> Path | None
     """recipe 'wheel': the one wheel `wheel:` names, checked; every other recipe: no `wheel:` key."""
     data: dict[str, Any] = doc.data
     pattern = data.get("wheel")
-    if data["recipe"] != "wheel":
+    if data["recipe"] != Recipe.WHEEL:
         if pattern is not None:
             problems.append(f"{doc.where(('wheel',))}: only `recipe: wheel` reads it; remove it or set the recipe")
         return None

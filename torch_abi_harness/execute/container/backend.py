@@ -28,6 +28,7 @@ from docker.types import DeviceRequest, LogConfig, Mount, Ulimit
 
 from torch_abi_harness.config import DockerSettings
 from torch_abi_harness.core.errors import BadInputError, HarnessError
+from torch_abi_harness.core.kinds import Backend, Device, ExecutorKind
 from torch_abi_harness.core.status import Status
 from torch_abi_harness.core.versions import release_of
 from torch_abi_harness.execute.api import CappedLog, CellDecided, CellRequest, CellView, Executor, RuntimeHandle
@@ -50,7 +51,7 @@ CELL_UID = 10001  # the unprivileged user cells run as when the harness itself r
 
 
 class DockerBackend(Executor):
-    name = "docker"
+    name = Backend.DOCKER
 
     def __init__(
         self,
@@ -176,7 +177,7 @@ class DockerBackend(Executor):
 class ContainerCell:
     """One cell's container, started: waited for, killed and removed through the engine."""
 
-    kind = "container"
+    kind = ExecutorKind.CONTAINER
 
     def __init__(
         self, container: Container, work: Path, owner: tuple[int, int] | None, keep: bool, cell_id: str, memory: str
@@ -247,7 +248,7 @@ def container_settings(
         "log_config": LogConfig(type="json-file", config={"max-size": "64m", "max-file": "1"}),
         "labels": owner_labels() | {f"{LABEL}.cell": cell.id},
     }
-    if cell.runtime.device == "cuda":
+    if cell.runtime.device == Device.CUDA:
         settings["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
     return settings
 
