@@ -343,22 +343,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def execute_options(args: argparse.Namespace) -> ExecuteOptions:
-    """The executing options of `run` and `gate`, parsed once."""
-    return ExecuteOptions(
-        reports_dir=args.reports_dir,
-        cache_dir=args.cache_dir,
-        jobs=args.jobs,
-        backend=args.backend,
-        timeout=args.timeout,
-        rerun_broken=args.rerun_broken,
-        no_python_downloads=args.no_python_downloads,
-        require_gpu=args.require_gpu,
-        require_toolchain=args.require_toolchain,
-        executor=args.executor,
-        docker_route=args.docker_route,
-        keep_containers=args.keep_containers,
-        prebuilt=getattr(args, "prebuilt", None),
-    )
+    """The executing options of `run` and `gate`, parsed once: each field is the option of its name (a command
+    without one, e.g. `gate` without --prebuilt, keeps the field's default)."""
+    names = [f.name for f in dataclasses.fields(ExecuteOptions)]
+    return ExecuteOptions(**{name: getattr(args, name) for name in names if hasattr(args, name)})
 
 
 class ConsoleHooks:
