@@ -7,7 +7,7 @@ import pytest
 
 from torch_abi_harness.config.matrix import load_matrix
 from torch_abi_harness.core.errors import ConfigError
-from torch_abi_harness.gate.candidate import candidate_extensions, with_candidate
+from torch_abi_harness.gate.candidate import Candidate, candidate_extensions, with_candidate
 from torch_abi_harness.plan import make_plan
 from torch_abi_harness.verdict import Expected, promise
 
@@ -16,7 +16,7 @@ def test_a_released_version_as_the_candidate_of_a_matrix_of_older_releases(repo:
     matrix = load_matrix(repo / "matrix.yaml")
     older = dataclasses.replace(matrix, runtimes=tuple(r for r in matrix.runtimes if r.torch.minor < 15))
     assert candidate_extensions(older) == ["stable_basic", "cp_specific", "cuda_ops"]  # no controls, no classic
-    plan = make_plan(with_candidate(older, "2.15.0"))
+    plan = make_plan(with_candidate(older, Candidate.parse("2.15.0")))
     assert "r2.15.0-cpu" in {r.id for r in plan.runtimes}
     on_candidate = {b.id for b in plan.builds if str(b.torch) == "2.15.0"}
     for extension, lowest in (("stable_basic", 9), ("cp_specific", 9), ("cuda_ops", 10)):
@@ -32,4 +32,4 @@ def test_a_released_version_as_the_candidate_of_a_matrix_of_older_releases(repo:
 
 def test_a_candidate_that_is_no_release_is_refused(repo: Path) -> None:
     with pytest.raises(ConfigError, match=r"--candidate '2.16': '2.16' is not a release written as X.Y.Z"):
-        with_candidate(load_matrix(repo / "matrix.yaml"), "2.16")
+        with_candidate(load_matrix(repo / "matrix.yaml"), Candidate.parse("2.16"))

@@ -7,6 +7,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 from test_report import BROKEN, ERROR, KEPT, result, run_of
 
 from torch_abi_harness.cli import main
@@ -14,7 +15,8 @@ from torch_abi_harness.config import KnownBreak
 from torch_abi_harness.core.errors import BadInputError, ExitCode
 from torch_abi_harness.core.status import Status
 from torch_abi_harness.core.text import md_text
-from torch_abi_harness.gate.decide import Decision, candidate_ref, decide, previous_release
+from torch_abi_harness.gate.candidate import Candidate
+from torch_abi_harness.gate.decide import Decision, decide, previous_release
 from torch_abi_harness.results.diff import compare
 from torch_abi_harness.results.prediction import CellPrediction
 from torch_abi_harness.static.abi_diff import AbiDiff, SignatureChange
@@ -24,7 +26,7 @@ CLEAN = AbiDiff("2.14.1", "2.15.0", (), ("torch_new",), (), ("torch_new",), (), 
 
 
 def test_go_lists_its_evidence_and_no_reason() -> None:
-    gate = decide("2.13.0", "2.10.0", CLEAN, run_of(KEPT), None)
+    gate = decide(Candidate.parse("2.13.0"), "2.10.0", CLEAN, run_of(KEPT), None)
     assert (gate.decision, gate.exit_code, gate.reasons) == (Decision.GO, ExitCode.OK, ())
     assert gate.evidence[0] == (
         "abi-diff 2.14.1 -> 2.15.0: 0 removed export(s), 0 changed signature(s), 1 added export(s), "
@@ -45,7 +47,7 @@ def test_removed_exports_changed_signatures_and_broken_cells_are_each_a_reason()
     )
     baseline = run_of(dataclasses.replace(BROKEN, verdict=Verdict.KEPT))
     current = run_of(BROKEN)
-    gate = decide("2.13.0", "2.10.0", abi, current, compare(baseline, current))
+    gate = decide(Candidate.parse("2.13.0"), "2.10.0", abi, current, compare(baseline, current))
     assert gate.decision is Decision.NO_GO and gate.exit_code is ExitCode.BROKEN
     titles = [r.title for r in gate.reasons]
     assert titles[0].startswith("the candidate removes 1 stable export(s) of 2.14.1")
@@ -57,12 +59,14 @@ def test_removed_exports_changed_signatures_and_broken_cells_are_each_a_reason()
 
 
 def test_an_incomplete_run_without_a_reason_is_undecided() -> None:
-    gate = decide("2.13.0", "2.10.0", CLEAN, run_of(KEPT, ERROR), None)
+    gate = decide(Candidate.parse("2.13.0"), "2.10.0", CLEAN, run_of(KEPT, ERROR), None)
     assert (gate.decision, gate.exit_code) == (Decision.UNDECIDED, ExitCode.INFRASTRUCTURE)
     assert gate.evidence[-1] == f"incomplete: 1 cell(s) ended in a harness error: {ERROR.id}"
-    assert decide("2.13.0", "2.10.0", CLEAN, run_of(KEPT, ERROR, BROKEN), None).decision is Decision.NO_GO
+    assert (
+        decide(Candidate.parse("2.13.0"), "2.10.0", CLEAN, run_of(KEPT, ERROR, BROKEN), None).decision is Decision.NO_GO
+    )
     errors = [dataclasses.replace(ERROR, id=f"demo@b2.10.0~r2.10.{n}-cpu") for n in range(7)]
-    gate = decide("2.13.0", "2.10.0", CLEAN, run_of(KEPT, *errors), None)
+    gate = decide(Candidate.parse("2.13.0"), "2.10.0", CLEAN, run_of(KEPT, *errors), None)
     assert gate.evidence[-1] == "incomplete: 7 cell(s) ended in a harness error: " + ", ".join(c.id for c in errors[:5])
 
 
@@ -74,7 +78,7 @@ def test_a_newer_build_on_the_candidate_is_backward_and_failing_tests_are_cut_af
         )
         for n in (5, 6)
     ]
-    five, six = decide("2.13.0", "2.10.0", CLEAN, run_of(*cells), None).reasons[0].evidence
+    five, six = decide(Candidate.parse("2.13.0"), "2.10.0", CLEAN, run_of(*cells), None).reasons[0].evidence
     assert five.endswith("; backward: built on 2.14.5, run on the candidate; failing tests t0, t1, t2, t3, t4")
     assert six.endswith("; backward: built on 2.14.6, run on the candidate; failing tests t0, t1, t2, t3, t4 (+1)")
 
@@ -82,7 +86,7 @@ def test_a_newer_build_on_the_candidate_is_backward_and_failing_tests_are_cut_af
 def test_a_torch_that_is_no_version_is_compared_as_written() -> None:
     """A runtime from a local build may carry no PEP 440 version: it is nobody's candidate, and no crash."""
     local = dataclasses.replace(BROKEN, id="demo@b2.10.0~rlocal-cpu", runtime_torch="local build")
-    gate = decide("2.13.0", "2.10.0", CLEAN, run_of(KEPT, local), None)
+    gate = decide(Candidate.parse("2.13.0"), "2.10.0", CLEAN, run_of(KEPT, local), None)
     assert gate.reasons[0].evidence == (f"{local.id}: TEST_FAILED: TEST_FAILED because; not the candidate's cell",)
     assert "run on the candidate (backward): 1 cells, 1 kept, 0 broken" in gate.evidence
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -94,14 +98,14 @@ def test_a_torch_that_is_no_version_is_compared_as_written() -> None:
 def test_an_interrupted_run_is_undecided_even_when_every_cell_it_ran_kept_its_promise() -> None:
     whole = run_of(KEPT)
     interrupted = dataclasses.replace(whole, interrupted=True)
-    assert decide("2.13.0", "2.10.0", CLEAN, whole, None).decision is Decision.GO
-    gate = decide("2.13.0", "2.10.0", CLEAN, interrupted, None)
+    assert decide(Candidate.parse("2.13.0"), "2.10.0", CLEAN, whole, None).decision is Decision.GO
+    gate = decide(Candidate.parse("2.13.0"), "2.10.0", CLEAN, interrupted, None)
     assert (gate.decision, gate.exit_code, gate.reasons) == (Decision.UNDECIDED, ExitCode.INFRASTRUCTURE, ())
     assert gate.evidence[-1].startswith("incomplete: 0 cell(s) ended in a harness error and the run was interrupted")
     assert "UNDECIDED (exit 3)" in gate.summary and json.loads(json.dumps(gate.to_json()))["exit_code"] == 3
     # A reason outweighs the gap: what was seen is already enough to say no.
     broken = dataclasses.replace(run_of(KEPT, BROKEN), interrupted=True)
-    assert decide("2.13.0", "2.10.0", CLEAN, broken, None).decision is Decision.NO_GO
+    assert decide(Candidate.parse("2.13.0"), "2.10.0", CLEAN, broken, None).decision is Decision.NO_GO
 
 
 def test_each_broken_cell_and_each_known_break_lands_where_it_belongs() -> None:
@@ -149,7 +153,7 @@ def test_each_broken_cell_and_each_known_break_lands_where_it_belongs() -> None:
         run_of(fixed, forward, symbol, lapsed, held, ERROR, both, untargeted), known_breaks=entries
     )
     abi = dataclasses.replace(CLEAN, old="2.12.0", new="2.13.0")
-    gate = decide("2.13.0", "2.12.0", abi, run, None)
+    gate = decide(Candidate.parse("2.13.0"), "2.12.0", abi, run, None)
     assert (gate.decision, gate.exit_code) == (Decision.NO_GO, ExitCode.BROKEN)
     assert gate.summary == "torch 2.13.0 breaks the stable-ABI promise: NO-GO (2 reason(s))."
     assert [(r.title, r.evidence) for r in gate.reasons] == [
@@ -211,7 +215,11 @@ def test_against_a_baseline_each_broken_cell_says_whether_it_is_new_and_what_got
     mended = dataclasses.replace(KEPT, status=Status.PASS)
     baseline = run_of(old, dataclasses.replace(mended, status=Status.TEST_FAILED, verdict=Verdict.BROKEN))
     gate = decide(
-        "2.13.0", "2.10.0", CLEAN, run_of(old, BROKEN, mended), compare(baseline, run_of(old, BROKEN, mended))
+        Candidate.parse("2.13.0"),
+        "2.10.0",
+        CLEAN,
+        run_of(old, BROKEN, mended),
+        compare(baseline, run_of(old, BROKEN, mended)),
     )
     assert [e.rsplit("; ", 1)[1] for e in gate.reasons[0].evidence] == [
         "new since the baseline",  # BROKEN: absent from the baseline
@@ -225,21 +233,23 @@ def test_against_a_baseline_each_broken_cell_says_whether_it_is_new_and_what_got
 
 
 def test_the_previous_release_is_the_newest_runtime_below_the_candidate() -> None:
-    assert previous_release("2.15.0", ["2.9.1", "2.14.1", "2.10.0", "2.16.0"]) == "2.14.1"
-    assert previous_release("2.15.0", ["2.15.0", "2.14.1"]) == "2.14.1"
+    candidate = Candidate.parse("2.15.0")
+    versions = [Version(v) for v in ("2.9.1", "2.14.1", "2.10.0", "2.16.0")]
+    assert previous_release(candidate, versions) == Version("2.14.1")
+    assert previous_release(candidate, [Version("2.15.0"), Version("2.14.1")]) == Version("2.14.1")
     with pytest.raises(BadInputError, match=r"no runtime of the matrix is older than the candidate 2\.15\.0"):
-        previous_release("2.15.0", ["2.15.0", "2.16.0"])
+        previous_release(candidate, [Version("2.15.0"), Version("2.16.0")])
 
 
 def test_abi_diff_compares_with_the_given_wheel_else_one_in_find_links_else_the_release(tmp_path: Path) -> None:
     given = tmp_path / "given.whl"
     with zipfile.ZipFile(given, "w") as wheel:
         wheel.writestr("torch/version.py", "__version__ = '2.15.0'\n")
-    assert candidate_ref("2.15.0", given, [], []) == str(given)
+    assert Candidate.parse("2.15.0").located(given, [], []).ref == str(given)
     text = tmp_path / "notes.whl"
     text.write_text("not a zip\n")
     with pytest.raises(BadInputError, match=f"{text}: not a wheel"):  # checked before any work
-        candidate_ref("2.15.0", text, [], [])
+        Candidate.parse("2.15.0").located(text, [], [])
     empty, local, variant = tmp_path / "empty", tmp_path / "local", tmp_path / "variant"
     for folder in (empty, local, variant):
         folder.mkdir()
@@ -248,14 +258,14 @@ def test_abi_diff_compares_with_the_given_wheel_else_one_in_find_links_else_the_
     (local / "torch-2.15.0+cpu-cp311-cp311-linux_x86_64.whl").touch()  # the plain release first
     (local / "torch-2.15.0-cp312-cp312-manylinux_2_28_x86_64.whl").touch()  # then by name
     (variant / "torch-2.15.0+cpu-cp311-cp311-linux_x86_64.whl").touch()
-    found = candidate_ref("2.15.0", None, [str(empty), str(local)], ["2.15.0"])
+    found = Candidate.parse("2.15.0").located(None, [str(empty), str(local)], ["2.15.0"]).ref
     assert found == str(local / "torch-2.15.0-cp311-cp311-manylinux_2_28_x86_64.whl")
-    assert candidate_ref("2.15.0", None, [str(variant)], []) == str(
+    assert Candidate.parse("2.15.0").located(None, [str(variant)], []).ref == str(
         variant / "torch-2.15.0+cpu-cp311-cp311-linux_x86_64.whl"
     )
-    assert candidate_ref("2.15.0", None, [str(empty)], ["2.14.1", "2.15.0"]) == "2.15.0"
+    assert Candidate.parse("2.15.0").located(None, [str(empty)], ["2.14.1", "2.15.0"]).ref == "2.15.0"
     with pytest.raises(BadInputError, match=r"the manifest knows 2\.14\.1, 2\.13\.0"):
-        candidate_ref("2.15.0", None, [str(empty)], ["2.14.1", "2.13.0"])
+        Candidate.parse("2.15.0").located(None, [str(empty)], ["2.14.1", "2.13.0"])
 
 
 def test_bad_input_is_refused_before_any_work(repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

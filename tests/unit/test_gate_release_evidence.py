@@ -8,14 +8,15 @@ from pathlib import Path
 from packaging.version import Version
 from test_report import BROKEN, KEPT, run_of
 
-from torch_abi_harness.cli.gate import ReplayRow, replay_markdown, replay_pairs
 from torch_abi_harness.config import HEADER_PROBE, KnownBreak
+from torch_abi_harness.core.errors import InfrastructureError
 from torch_abi_harness.core.status import Status
 from torch_abi_harness.core.versions import ApiLevel
-from torch_abi_harness.gate.candidate import other_platforms
+from torch_abi_harness.gate.candidate import Candidate, other_platforms
 from torch_abi_harness.gate.decide import Decision, ReleaseEvidence, decide
-from torch_abi_harness.gate.evidence import header_claims, op_evidence
+from torch_abi_harness.gate.evidence import HeaderClaim, header_claims, op_evidence
 from torch_abi_harness.gate.probe_extension import ProbeTarget, probe_source, probe_targets, write_probe
+from torch_abi_harness.gate.replay import ReplayRow, replay_markdown, replay_pairs
 from torch_abi_harness.results.prediction import CellPrediction, Predicted, PredictedMissing
 from torch_abi_harness.run.judge import acknowledge
 from torch_abi_harness.static.abi_diff import AbiDiff
@@ -57,7 +58,7 @@ def test_a_header_finding_is_a_reason_new_or_inherited_and_gate_json_carries_it(
         ("aoti_torch_dtype_float8_e8m0fnu", False),
         ("aoti_torch_int64_to_ivalue", True),
     ]
-    gate = decide("2.12.1", "2.11.0", CLEAN, run_of(KEPT), None, ReleaseEvidence(claims, True))
+    gate = decide(Candidate.parse("2.12.1"), "2.11.0", CLEAN, run_of(KEPT), None, ReleaseEvidence(claims, True))
     assert gate.decision is Decision.NO_GO
     (reason,) = gate.reasons
     assert "2 declaration(s)" in reason.title and "1 new in the candidate, 1 inherited" in reason.title
@@ -73,11 +74,11 @@ def test_a_header_finding_is_a_reason_new_or_inherited_and_gate_json_carries_it(
 def test_a_known_break_of_symbols_acknowledges_a_finding_until_it_expires() -> None:
     candidate = audit("2.13.0", latent("aoti_torch_int64_to_ivalue", T29, first="2.10.0"))
     holding = header_claims(candidate, None, (known("ivalue-2.9", "aoti_torch_*_to_ivalue"),), TODAY)
-    gate = decide("2.13.0", "2.12.1", CLEAN, run_of(KEPT), None, ReleaseEvidence(holding, True))
+    gate = decide(Candidate.parse("2.13.0"), "2.12.1", CLEAN, run_of(KEPT), None, ReleaseEvidence(holding, True))
     assert gate.decision is Decision.GO
     assert any("acknowledged by known break ivalue-2.9" in line for line in gate.known_breaks)
     expired = header_claims(candidate, None, (known("ivalue-2.9", "aoti_*", expires=datetime.date(2026, 1, 1)),), TODAY)
-    gate = decide("2.13.0", "2.12.1", CLEAN, run_of(KEPT), None, ReleaseEvidence(expired, True))
+    gate = decide(Candidate.parse("2.13.0"), "2.12.1", CLEAN, run_of(KEPT), None, ReleaseEvidence(expired, True))
     assert gate.decision is Decision.NO_GO
     assert gate.reasons[0].title == "known break ivalue-2.9 expired: 1 header finding(s) again"
 
@@ -87,6 +88,7 @@ def probe_cell(runtime: str, missing: tuple[str, ...]) -> object:
         BROKEN if missing else KEPT,
         id=f"{HEADER_PROBE}@b2.12.1-t2.9~r{runtime}-cpu",
         extension=HEADER_PROBE,
+        generated=HEADER_PROBE,
         build_torch="2.12.1",
         target="2.9",
         runtime_torch=runtime,
@@ -102,7 +104,7 @@ def probe_cell(runtime: str, missing: tuple[str, ...]) -> object:
 
 def test_probe_cells_are_their_own_reason_naming_every_missing_symbol() -> None:
     broken = probe_cell("2.11.0", ("aoti_torch_dtype_float8_e8m0fnu", "aoti_torch_dtype_float4_e2m1fn_x2"))
-    gate = decide("2.12.1", "2.11.0", CLEAN, run_of(broken, probe_cell("2.12.1", ())), None)  # type: ignore[arg-type]
+    gate = decide(Candidate.parse("2.12.1"), "2.11.0", CLEAN, run_of(broken, probe_cell("2.12.1", ())), None)  # type: ignore[arg-type]
     (reason,) = gate.reasons
     assert reason.title.startswith("the header probe fails to load in 1 cell(s)")
     assert reason.evidence == (
@@ -135,7 +137,7 @@ def test_a_breaking_change_to_a_called_op_is_a_reason_and_the_rest_is_at_risk_by
     ops = op_evidence(changes, calls)
     assert [(c.op, by) for c, by in ops.breaking_called] == [("aten::narrow", ("stable_basic",))]
     assert (ops.at_risk, ops.compatible, ops.called_ops) == ({"aten": 1, "quantized": 1}, 1, 1)
-    gate = decide("2.12.1", "2.11.0", CLEAN, run_of(KEPT), None, ReleaseEvidence((), True, ops))
+    gate = decide(Candidate.parse("2.12.1"), "2.11.0", CLEAN, run_of(KEPT), None, ReleaseEvidence((), True, ops))
     assert gate.reasons[0].evidence == ("aten::narrow: overload removed (called by stable_basic)",)
     assert "at risk for extensions that call them: aten 1, quantized 1" in "\n".join(gate.evidence)
     assert not op_evidence(None, calls, "no schemas").compared
@@ -157,20 +159,43 @@ def test_the_probe_source_takes_the_address_of_every_declaration_at_each_target(
 
 def test_replay_takes_each_release_against_the_one_before_it() -> None:
     versions = [Version(v) for v in ("2.9.1", "2.12.1", "2.10.0", "2.11.0", "2.12.1")]
-    assert replay_pairs(versions, Version("2.10.0")) == [
+    assert [(str(new), str(old)) for new, old in replay_pairs(versions, Version("2.10.0"))] == [
         ("2.10.0", "2.9.1"),
         ("2.11.0", "2.10.0"),
         ("2.12.1", "2.11.0"),
     ]
-    data = {
-        "headers": {"findings": [{"name": "a_<b>", "inherited": False, "acknowledged_by": None}]},
-        "probe_cells": [{"verdict": "broken"}, {"verdict": "kept"}],
-        "broken_cells": [{"id": "header_probe@b2.12.1-t2.10~r2.10.0-cpu"}, {"id": "x@b~r"}],
-    }
-    row = ReplayRow("2.12.1", "2.11.0", "NO-GO", ("why",), (), "r", 1.0, data)
-    text = replay_markdown([row, ReplayRow("2.13.0", "2.12.1", "UNDECIDED", ("error: boom",), (), "", 0.0, {})], 60)
-    assert "| 2.12.1 | 2.11.0 | **NO-GO** | 1 / 0 / 0 | 1 of 2 | 0 | 0 | 1 | `a_<b>` |" in text
+
+
+def test_the_replay_table_is_counted_from_each_gate_s_typed_evidence() -> None:
+    """A decided row reads its gate's records (claims, probe cells, broken cells marked as the probe's or not),
+    never gate.json's keys; a row that did not get as far as a decision says why."""
+    claims = (
+        HeaderClaim("a_<b>", ("2.9",), (), None, "declaration", "a_<b>: visible", inherited=False),
+        HeaderClaim("old", ("2.9",), (), None, "declaration", "old: visible", inherited=True, acknowledged_by="k"),
+    )
+    other = dataclasses.replace(BROKEN, id="x@b2.10.0~r2.12.1-cpu")
+    cells = run_of(probe_cell("2.11.0", ("sym",)), probe_cell("2.12.1", ()), other)
+    gate = decide(Candidate.parse("2.12.1"), "2.11.0", CLEAN, cells, None, ReleaseEvidence(claims, True))  # type: ignore[arg-type]
+    assert [(c.id, c.probe) for c in gate.facts.broken_cells] == [
+        (f"{HEADER_PROBE}@b2.12.1-t2.9~r2.11.0-cpu", True),
+        (other.id, False),
+    ]
+    row = ReplayRow.decided(gate, Path("r"), 1.0)
+    failed = ReplayRow.failed(Version("2.13.0"), Version("2.12.1"), InfrastructureError("boom"))
+    text = replay_markdown([row, failed], 60)
+    assert "| 2.12.1 | 2.11.0 | **NO-GO** | 1 / 1 / 1 | 1 of 2 | 0 | 0 | 1 | `a_<b>` |" in text
     assert "| 2.13.0 | 2.12.1 | **UNDECIDED** | | | | | | error: boom |" in text
+    assert row.to_json()["data"] == gate.to_json() and failed.to_json()["data"] == {}
+    assert list(row.to_json()) == [
+        "candidate",
+        "previous",
+        "decision",
+        "reasons",
+        "evidence",
+        "run_dir",
+        "seconds",
+        "data",
+    ]
 
 
 def test_the_probe_leaves_out_the_shims_of_devices_no_linux_wheel_exports() -> None:

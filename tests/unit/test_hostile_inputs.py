@@ -12,6 +12,7 @@ from test_gate import CLEAN
 from test_report import BROKEN, run_of
 
 from torch_abi_harness.cli import main
+from torch_abi_harness.gate.candidate import Candidate
 from torch_abi_harness.gate.decide import decide
 from torch_abi_harness.results.model import CellLogs
 
@@ -20,7 +21,7 @@ HOSTILE = "<script>alert(1)</script> <img src=x onerror=alert(2)> \x1b[31mred\x1
 
 def test_gate_md_escapes_a_cells_text_as_summary_md_does() -> None:
     cell = dataclasses.replace(BROKEN, reason=HOSTILE, failing_tests=("test_x[<b>bold</b>]",))
-    text = decide("2.13.0", "2.10.0", CLEAN, run_of(cell), None).markdown()
+    text = decide(Candidate.parse("2.13.0"), "2.10.0", CLEAN, run_of(cell), None).markdown()
     assert "<script>" not in text and "<img" not in text and "<b>" not in text
     assert "\x1b" not in text, "terminal escapes are stripped, not posted"
     assert not re.search(r"(?<!\\)\]\(javascript:", text), "no link can be formed from a cell's text"

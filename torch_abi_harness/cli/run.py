@@ -7,11 +7,9 @@ import argparse
 import dataclasses
 import os
 from pathlib import Path
-from typing import NamedTuple
 
 from rich.markup import escape
 
-from torch_abi_harness.builds.published import with_published
 from torch_abi_harness.cli.args import (
     Command,
     existing_dir,
@@ -25,18 +23,24 @@ from torch_abi_harness.cli.console import console, emit_json, notes
 from torch_abi_harness.cli.reports import against_baseline
 from torch_abi_harness.cli.run_output import ConsoleObserver, annotate, finish, print_grid, print_plan, print_preamble
 from torch_abi_harness.config import DEFAULT_MATRIX, Matrix
-from torch_abi_harness.config.matrix import load_matrix, with_overrides
 from torch_abi_harness.core.errors import BadInputError, ExitCode
 from torch_abi_harness.core.files import writable_dir
 from torch_abi_harness.core.kinds import Backend, ExecutorKind
-from torch_abi_harness.gate.candidate import with_candidate
+from torch_abi_harness.gate.candidate import Candidate, cached_candidate_env, with_candidate
 from torch_abi_harness.plan import Build, Plan, Runtime, make_plan
 from torch_abi_harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
 from torch_abi_harness.provision.sources import resolve_sources
 from torch_abi_harness.results.diff import load_run
-from torch_abi_harness.results.model import ReportError, RunResult
+from torch_abi_harness.results.model import RunResult
+from torch_abi_harness.run.launch import (
+    Executed,
+    ExecuteOptions,
+    MatrixRequest,
+    cache_dir_of,
+    execute_plan,
+    load_plain_matrix,
+)
 from torch_abi_harness.run.shard import build_jobs, fan_out, measured_durations, plan_json, shard_plan, split
-from torch_abi_harness.static.op_calls import OpCall
 
 
 def matrix_options(p: argparse.ArgumentParser) -> None:
@@ -52,6 +56,7 @@ def matrix_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--backend",
+        type=Backend,
         choices=[str(b) for b in Backend],
         default=Backend.VENV.value,
         help="where cells run: uv virtualenvs on this host, or hardened Docker containers (default: %(default)s)",
@@ -172,6 +177,7 @@ def executing_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--executor",
+        type=ExecutorKind,
         choices=[str(k) for k in (ExecutorKind.FORKSERVER, ExecutorKind.FRESH)],  # the venv backend's
         default=None,
         help="venv backend: fork each cell from one process per runtime that imported torch and pytest once, "
@@ -263,19 +269,28 @@ def add_build(command: Command) -> None:
     build.set_defaults(handler=cmd_build, rerun_failed=None, shard=None, durations=None, by="cells")
 
 
+def matrix_request(args: argparse.Namespace) -> MatrixRequest:
+    """The matrix options of `run`, `gate`, `plan` and `build`, parsed once."""
+    return MatrixRequest(
+        path=args.matrix,
+        add_runtimes=tuple(args.add_runtime),
+        extra_index_urls=tuple(args.extra_index_url),
+        find_links=tuple(args.find_links),
+        environments=tuple(args.use_env),
+        backend=args.backend,
+    )
+
+
 def load_matrix_with_overrides(args: argparse.Namespace) -> Matrix:
     """The matrix as a command runs it: overrides applied, published wheels resolved (downloaded once into the
-    cache), the candidate's probe added."""
-    if args.use_env and args.backend != Backend.VENV:
-        raise BadInputError("--use-env is for the venv backend: the docker backend runs the envs it makes or images")
-    matrix = with_overrides(
-        load_matrix(args.matrix), args.add_runtime, args.extra_index_url, args.find_links, args.use_env
-    )
-    cache = (getattr(args, "cache_dir", None) or default_cache_dir()).absolute()
-    matrix = with_published(matrix, cache)
+    cache), the candidate's probe added (from its env when one is made: `gate` makes it first)."""
+    cache = cache_dir_of(getattr(args, "cache_dir", None))
+    matrix = load_plain_matrix(matrix_request(args), cache)
     if not args.candidate:
         return matrix
-    return with_candidate(matrix, args.candidate, cache / "header-probes")
+    candidate = Candidate.parse(args.candidate)
+    env = cached_candidate_env(matrix, candidate, cache)
+    return with_candidate(matrix, candidate, cache / "header-probes", env)
 
 
 def durations_of(args: argparse.Namespace) -> dict[str, float] | None:
@@ -321,59 +336,35 @@ def cmd_run(args: argparse.Namespace) -> int:
     return code
 
 
-class Executed(NamedTuple):
-    """A run as `run` and `gate` read it: its results, its report directory, and what its builds showed."""
+def execute_options(args: argparse.Namespace) -> ExecuteOptions:
+    """The executing options of `run` and `gate`, parsed once: each field is the option of its name (a command
+    without one, e.g. `gate` without --prebuilt, keeps the field's default)."""
+    names = [f.name for f in dataclasses.fields(ExecuteOptions)]
+    return ExecuteOptions(**{name: getattr(args, name) for name in names if hasattr(args, name)})
 
-    run: RunResult
-    run_dir: Path
-    op_calls: dict[str, frozenset[OpCall]]  # per extension: the ops its builds call by name
-    build_seconds: dict[str, float]  # per extension: the time its builds took (0 when cached)
+
+class ConsoleHooks:
+    """A run shown on the console: its preamble, its progress, its grid and the CI annotations."""
+
+    def __init__(self) -> None:
+        self._observer = ConsoleObserver()
+
+    def starting(self, plan: Plan, how: str) -> None:
+        print_preamble(plan, how)
+
+    def observer(self) -> ConsoleObserver:
+        return self._observer
+
+    def ended(self, run: RunResult, *, written: bool) -> None:
+        self._observer.close()
+        print_grid(run)
+        if written:
+            annotate(run)
 
 
 def execute(args: argparse.Namespace, plan: Plan) -> Executed:
-    """Build, run and report the plan's cells (`run`, `gate`); the grid is printed, the report written."""
-    # Only the commands that run cells load the pipeline (executors, builds, the report writers): ~0.4 s.
-    from torch_abi_harness.run.cells import RunOptions
-    from torch_abi_harness.run.pipeline import BackendChoice, Pipeline, make_backend
-
-    matrix = plan.matrix
-    if args.no_python_downloads:
-        os.environ["UV_PYTHON_DOWNLOADS"] = "never"  # uv's own switch: the interpreter lookup and uv itself read it
-    cache_dir = (args.cache_dir or default_cache_dir()).absolute()  # cells run in their own directory
-    writable_dir(args.reports_dir, "--reports-dir")
-    writable_dir(cache_dir, "--cache-dir" if args.cache_dir else "the cache directory ($HARNESS_CACHE_DIR)")
-    options = RunOptions(
-        reports_dir=args.reports_dir,
-        cache_dir=cache_dir,
-        jobs=args.jobs,
-        cell_timeout=args.timeout,
-        require_gpu=args.require_gpu,
-        rerun_broken=args.rerun_broken,
-        require_toolchain=args.require_toolchain or args.require_gpu,
-        prebuilt=getattr(args, "prebuilt", None),
-    )
-    if args.executor and args.backend != Backend.VENV:
-        raise BadInputError(
-            f"--executor {args.executor} is for the venv backend; --backend docker runs a container per cell"
-        )
-    executor = ExecutorKind(args.executor or ExecutorKind.FORKSERVER)
-    choice = BackendChoice(args.docker_route, args.keep_containers, executor)
-    backend = make_backend(Backend(args.backend), matrix, options.cache_dir, choice)
-    how = f"{executor} processes" if args.backend == Backend.VENV else "one container per cell"
-    shard = f", shard {plan.shard} of {len(plan.unsharded or ())}" if plan.shard else ""
-    print_preamble(plan, f"(backend {args.backend}, {how}, {args.jobs} at a time{shard})")
-    observer = ConsoleObserver()
-    pipeline = Pipeline(plan, options, observer, backend)
-    try:
-        run, run_dir = pipeline.execute()
-    except ReportError as exc:  # the results are in hand: show them, then say what could not be written
-        observer.close()
-        print_grid(exc.run)
-        raise
-    observer.close()
-    print_grid(run)
-    annotate(run)
-    return Executed(run, run_dir, pipeline.op_calls, pipeline.build_seconds)
+    """Build, run and report the plan's cells (`run`); the grid is printed, the report written."""
+    return execute_plan(plan, execute_options(args), ConsoleHooks())
 
 
 def cmd_build(args: argparse.Namespace) -> int:

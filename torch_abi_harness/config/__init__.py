@@ -15,6 +15,7 @@ from torch_abi_harness.core.kinds import Device as Device  # re-exported: a conf
 from torch_abi_harness.core.kinds import Recipe as Recipe
 from torch_abi_harness.core.versions import ApiLevel
 
+Generated = Literal["header_probe"]  # what the harness generated an extension as (not one of the matrix's own)
 DEFAULT_MATRIX = Path("matrix.yaml")
 DEFAULT_PYTHON = "3.11"
 
@@ -60,11 +61,7 @@ class DockerSettings:
     tmpfs: str = "2g"
 
 
-HEADER_PROBE = "header_probe"  # the gate's generated probe extension: its name, and the class of its cells in reports
-
-
-def is_header_probe(extension: str) -> bool:
-    return extension == HEADER_PROBE
+HEADER_PROBE: Generated = "header_probe"  # the gate's generated probe: its marker, and the name it is built under
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,6 +83,7 @@ class Extension:
     published: PublishedFacts | None = None  # a published wheel (`wheel: <requirement>` build): the derived suite runs
     requires: frozenset[str] = frozenset()  # what the recipe always needs of the machine: 'nvcc'
     sources_root: Path | None = None  # a folder above root that the recipe reads from: copied for the build instead
+    generated: Generated | None = None  # made by the harness (the gate's header probe), not read from the matrix
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,19 +18,20 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 from packaging.version import Version
 
-from torch_abi_harness.config import BuildSpec, Matrix, RuntimeSpec
+from torch_abi_harness.config import HEADER_PROBE, BuildSpec, Matrix, RuntimeSpec
 from torch_abi_harness.config.extension import load_extension
-from torch_abi_harness.core.errors import ConfigError
+from torch_abi_harness.core.errors import BadInputError, ConfigError
 from torch_abi_harness.core.versions import ApiLevel, parse_release
 from torch_abi_harness.gate.probe_extension import probe_targets, with_header_probe, write_probe
-from torch_abi_harness.provision.envs import EnvManager, EnvSpec
+from torch_abi_harness.provision.envs import Env, EnvManager, EnvSpec
 from torch_abi_harness.provision.sources import resolve_sources
 from torch_abi_harness.static.audit import DEVICES_WITHOUT_EXPORTS
-from torch_abi_harness.static.manifest import packaged_manifest
+from torch_abi_harness.static.manifest import open_torch_wheel, packaged_manifest
 from torch_abi_harness.static.visibility import (
     OLDEST_TARGET,
     Visibility,
@@ -44,6 +45,53 @@ from torch_abi_harness.static.visibility import (
 log = logging.getLogger(__name__)
 
 
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """A torch release candidate: its version (a release X.Y.Z, pre-release tags allowed), and where its ABI is
+    read from: its wheel (given, or found in a --find-links directory), else the manifest's release (wheel None)."""
+
+    version: Version
+    wheel: Path | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Candidate:
+        """--candidate RELEASE; not a release written X.Y.Z: a configuration error naming the option."""
+        try:
+            return cls(parse_release(text))
+        except ValueError as exc:
+            raise ConfigError("command line", [f"--candidate {text!r}: {exc}"]) from exc
+
+    def __str__(self) -> str:
+        return str(self.version)
+
+    @property
+    def level(self) -> ApiLevel:
+        return ApiLevel.of(self.version)
+
+    @property
+    def ref(self) -> str:
+        """What abi-diff compares the previous release with: the wheel's path, else the release."""
+        return str(self.wheel) if self.wheel is not None else str(self.version)
+
+    def located(self, wheel: Path | None, find_links: Sequence[str], releases: Sequence[str]) -> Candidate:
+        """The candidate with where abi-diff reads it: the given wheel, else its wheel in a --find-links directory,
+        else the manifest's release of that version. A given wheel is checked here, before any work: a text file
+        or a zip that is no torch wheel is bad input naming the file."""
+        if wheel is not None:
+            open_torch_wheel(wheel).close()
+            return dataclasses.replace(self, wheel=wheel)
+        for folder in find_links:
+            found = sorted(Path(folder).glob(f"torch-{self}-*.whl")) + sorted(Path(folder).glob(f"torch-{self}+*.whl"))
+            if found:
+                return dataclasses.replace(self, wheel=found[0])
+        if str(self) in releases:
+            return dataclasses.replace(self, wheel=None)
+        raise BadInputError(
+            f"no wheel of torch {self} to compare with abi-diff: pass --candidate-wheel, or a --find-links "
+            f"directory holding it (the manifest knows {', '.join(releases)})"
+        )
+
+
 def candidate_extensions(matrix: Matrix) -> list[str]:
     """The stable extensions the matrix builds from source, in the matrix's order: negative controls
     (`expect:`) fail by design and a prebuilt wheel (`recipe: wheel`) cannot be built again."""
@@ -55,15 +103,12 @@ def candidate_extensions(matrix: Matrix) -> list[str]:
     ]
 
 
-def with_candidate(matrix: Matrix, version: str, probes: Path | None = None) -> Matrix:
+def with_candidate(matrix: Matrix, candidate: Candidate, probes: Path | None = None, env: Env | None = None) -> Matrix:
     """The matrix plus the candidate as a runtime and as the build torch of every stable extension at every
     target from its min_target to the candidate's level (builds the matrix already has are not repeated);
-    with probes (a directory for generated extensions), the candidate's header probe too."""
-    try:
-        release = parse_release(version)
-    except ValueError as exc:
-        raise ConfigError("command line", [f"--candidate {version!r}: {exc}"]) from exc
-    level = ApiLevel.of(release)
+    with probes (a directory for generated extensions), the candidate's header probe too, its headers read from
+    env when the packaged data does not hold them."""
+    release, level = candidate.version, candidate.level
     runtimes = list(matrix.runtimes)
     runtime = RuntimeSpec(release)
     if all(r.key != runtime.key for r in runtimes):
@@ -75,7 +120,7 @@ def with_candidate(matrix: Matrix, version: str, probes: Path | None = None) -> 
         extension = matrix.extensions[name]
         if extension.min_target > level:
             problems.append(
-                f"--candidate {version}: extension {name!r} needs at least level {extension.min_target} "
+                f"--candidate {candidate}: extension {name!r} needs at least level {extension.min_target} "
                 f"(its min_target); the candidate is {level}"
             )
             continue
@@ -88,13 +133,13 @@ def with_candidate(matrix: Matrix, version: str, probes: Path | None = None) -> 
     if problems:
         raise ConfigError("command line", problems)
     matrix = dataclasses.replace(matrix, runtimes=tuple(runtimes), builds=tuple(builds), candidate=str(release))
-    return matrix if probes is None else add_header_probe(matrix, release, probes)
+    return matrix if probes is None else add_header_probe(matrix, release, probes, env)
 
 
-def add_header_probe(matrix: Matrix, release: Version, probes: Path) -> Matrix:
+def add_header_probe(matrix: Matrix, release: Version, probes: Path, env: Env | None) -> Matrix:
     """The matrix plus the candidate's header probe, one build per target of its headers (none, with a warning,
-    when its headers cannot be read yet: a release the harness never preprocessed whose env is not made)."""
-    found = candidate_headers(matrix, release, probes.parent)
+    when its headers cannot be read: a release the harness never preprocessed, without its env)."""
+    found = candidate_headers(release, env)
     if found is None:
         log.warning(
             "torch %s: no header probe in this run: its headers were never preprocessed by this harness and its "
@@ -104,7 +149,8 @@ def add_header_probe(matrix: Matrix, release: Version, probes: Path) -> Matrix:
         return matrix
     headers, visibility = found
     targets = probe_targets(visibility, oldest_served(matrix), other_platforms(str(release), visibility.names()))
-    extension = load_extension(write_probe(probes, str(release), headers, targets))
+    loaded = load_extension(write_probe(probes, str(release), headers, targets))
+    extension = dataclasses.replace(loaded, generated=HEADER_PROBE)  # marked: the report classes its cells by it
     return with_header_probe(matrix, release, extension, [t.target for t in targets])
 
 
@@ -125,19 +171,40 @@ def oldest_served(matrix: Matrix) -> ApiLevel:
     return max(OLDEST_TARGET, min(ApiLevel.of(r.torch) for r in matrix.runtimes))
 
 
-def candidate_headers(matrix: Matrix, release: Version, cache_dir: Path) -> tuple[list[str], Visibility] | None:
+def candidate_headers(release: Version, env: Env | None) -> tuple[list[str], Visibility] | None:
     """The headers the probe includes (in the order an extension reaches the C shims) and what they declare at
-    each target: the packaged data for a release it holds, else the candidate's env scanned, if it is made."""
+    each target: the packaged data for a release it holds, else the candidate's env scanned, if given."""
     packaged = packaged_visibility().get(str(release))
     if packaged is not None:
         entries = {chain[0] for name, chain in packaged.chains.items() if chain and name in packaged.cpu}
         return sorted(entries, key=include_order), packaged
-    env = EnvManager(cache_dir, resolve_sources(matrix.sources)).cached(EnvSpec(release, "auto", matrix.python))
     if env is None:
         return None
     include = env.torch_lib.parent / "include"
     visibility = scan_include(include, str(release), cuda_include=find_cuda_include())
     return public_headers(include, cuda=False), visibility
+
+
+def _envs(matrix: Matrix, cache_dir: Path) -> EnvManager:
+    return EnvManager(cache_dir, resolve_sources(matrix.sources))
+
+
+def ensure_candidate_env(matrix: Matrix, candidate: Candidate, cache_dir: Path) -> Env:
+    """The candidate's env, made when missing (a release the sources do not serve: exit 2): its headers for the
+    audit and the probe, its torch for the op schemas when the data file does not record them."""
+    envs = _envs(matrix, cache_dir)
+    try:
+        return envs.ensure(EnvSpec(candidate.version, "auto", matrix.python))
+    finally:
+        envs.release()
+
+
+def cached_candidate_env(matrix: Matrix, candidate: Candidate, cache_dir: Path) -> Env | None:
+    """`run --candidate`: the candidate's env where the probe needs it (a release whose headers the packaged data
+    lacks) and an earlier `gate` made it; else None."""
+    if str(candidate) in packaged_visibility():
+        return None
+    return _envs(matrix, cache_dir).cached(EnvSpec(candidate.version, "auto", matrix.python))
 
 
 def _key(build: BuildSpec) -> tuple[str, str, str, str, str | None]:

@@ -25,21 +25,19 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from torch_abi_harness.config import is_header_probe
 from torch_abi_harness.core.errors import BadInputError, ExitCode
 from torch_abi_harness.core.text import md_text
 from torch_abi_harness.core.versions import release_of
-from torch_abi_harness.gate.evidence import HeaderClaim, OpEvidence, probe_cells
+from torch_abi_harness.gate.candidate import Candidate
+from torch_abi_harness.gate.evidence import HeaderClaim, OpEvidence, ProbeCell, is_probe, probe_cells
 from torch_abi_harness.results.diff import RunDiff
 from torch_abi_harness.results.known_breaks import Outcome, State, outcomes
 from torch_abi_harness.results.model import CellResult, RunResult
-from torch_abi_harness.static.abi_diff import AbiDiff
-from torch_abi_harness.static.manifest import open_torch_wheel
+from torch_abi_harness.static.abi_diff import AbiDiff, SignatureChange
 from torch_abi_harness.verdict import Verdict
 
 GATE_JSON_VERSION = 2  # 2: headers, probe_cells, op_schemas, counts, removed_exports, broken_cells, timings
@@ -66,8 +64,67 @@ class Reason:
 
 
 @dataclasses.dataclass(frozen=True)
+class BrokenCell:
+    """A broken cell as gate.json lists it; probe: a cell of the header probe (not written)."""
+
+    id: str
+    status: str
+    reason: str
+    missing: tuple[str, ...]
+    probe: bool = False
+
+    @classmethod
+    def of(cls, cell: CellResult) -> BrokenCell:
+        return cls(cell.id, cell.status.value, cell.reason, cell.missing_names, is_probe(cell))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "status": self.status, "reason": self.reason, "missing": list(self.missing)}
+
+
+@dataclasses.dataclass(frozen=True)
+class GateEvidence:
+    """gate.json's evidence as data: what a dashboard, a release tool or the replay reads instead of the prose."""
+
+    counts: dict[str, int]
+    removed_exports: tuple[str, ...]
+    changed_signatures: tuple[SignatureChange, ...]
+    broken_cells: tuple[BrokenCell, ...]
+    headers_audited: bool
+    headers: tuple[HeaderClaim, ...]
+    probe_cells: tuple[ProbeCell, ...]
+    op_schemas: OpEvidence | None
+    timings: dict[str, float]
+
+    @classmethod
+    def of(cls, abi: AbiDiff, run: RunResult, release: ReleaseEvidence) -> GateEvidence:
+        return cls(
+            counts=run.counts(),
+            removed_exports=tuple(abi.removed_exports),
+            changed_signatures=tuple(abi.changed_signatures),
+            broken_cells=tuple(BrokenCell.of(c) for c in run.cells if c.verdict is Verdict.BROKEN),
+            headers_audited=release.headers_audited,
+            headers=tuple(release.headers),
+            probe_cells=probe_cells(run.cells),
+            op_schemas=release.ops,
+            timings=dict(release.timings),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "counts": self.counts,
+            "removed_exports": list(self.removed_exports),
+            "changed_signatures": [{"name": c.name, "old": c.old, "new": c.new} for c in self.changed_signatures],
+            "broken_cells": [c.to_json() for c in self.broken_cells],
+            "headers": {"audited": self.headers_audited, "findings": [c.to_json() for c in self.headers]},
+            "probe_cells": [p.to_json() for p in self.probe_cells],
+            "op_schemas": self.op_schemas.to_json() if self.op_schemas else None,
+            "timings": {k: round(v, 2) for k, v in self.timings.items()},
+        }
+
+
+@dataclasses.dataclass(frozen=True)
 class Gate:
-    candidate: str
+    candidate: Candidate
     previous: str
     decision: Decision
     reasons: tuple[Reason, ...]
@@ -76,7 +133,7 @@ class Gate:
     warnings: tuple[str, ...]  # fixed or unmatched known_breaks entries
     run_id: str
     baseline: str | None
-    data: dict[str, Any] = dataclasses.field(default_factory=dict)  # the structured evidence of gate.json
+    facts: GateEvidence  # the structured evidence of gate.json
 
     @property
     def exit_code(self) -> ExitCode:
@@ -93,7 +150,7 @@ class Gate:
     def to_json(self) -> dict[str, Any]:
         return {
             "schema_version": GATE_JSON_VERSION,
-            "candidate": self.candidate,
+            "candidate": str(self.candidate),
             "previous": self.previous,
             "decision": self.decision.value,
             "exit_code": int(self.exit_code),
@@ -104,13 +161,13 @@ class Gate:
             "warnings": list(self.warnings),
             "run_id": self.run_id,
             "baseline": self.baseline,
-            **self.data,
+            **self.facts.to_json(),
         }
 
     def markdown(self) -> str:
         """gate.md, which workflows post to the job summary: every text that comes from a cell (its reason, the
         tests it names) is escaped as summary.md escapes it (core.text), so it cannot inject markup."""
-        title = f"# Release gate: torch {md_text(self.candidate)} (against {md_text(self.previous)})"
+        title = f"# Release gate: torch {md_text(str(self.candidate))} (against {md_text(self.previous)})"
         lines = [f"{title}: **{self.decision.value}**", "", md_text(self.summary), ""]
         if self.reasons:
             lines += ["## Why not", ""]
@@ -128,9 +185,9 @@ class Gate:
         return "\n".join(lines)
 
 
-def direction(cell: CellResult, candidate: str) -> str:
+def direction(cell: CellResult, candidate: Candidate) -> str:
     """Which way a cell tests the candidate: built on it (forward), run on it (backward), or neither."""
-    built, runs = _release(cell.build_torch) == candidate, _release(cell.runtime_torch) == candidate
+    built, runs = _on(cell.build_torch, candidate), _on(cell.runtime_torch, candidate)
     if built and runs:
         return "built and run on the candidate"
     if built:
@@ -142,7 +199,7 @@ def direction(cell: CellResult, candidate: str) -> str:
     return "not the candidate's cell"
 
 
-def evidence_of(cell: CellResult, candidate: str, new: bool | None) -> str:
+def evidence_of(cell: CellResult, candidate: Candidate, new: bool | None) -> str:
     """A broken cell as evidence: what happened, the symbols it misses (and who first exports each), the tests."""
     parts = [f"{cell.id}: {cell.status.value}: {cell.reason}", direction(cell, candidate)]
     missing = cell.prediction.missing if cell.prediction else ()
@@ -173,7 +230,7 @@ class ReleaseEvidence:
 
 
 def decide(
-    candidate: str,
+    candidate: Candidate,
     previous: str,
     abi: AbiDiff,
     run: RunResult,
@@ -222,26 +279,8 @@ def decide(
         warnings=tuple(o.line() for o in known if o.state in (State.FIXED, State.UNMATCHED)),
         run_id=run.run_id,
         baseline=diff.baseline if diff else None,
-        data=_structured(abi, run, release),
+        facts=GateEvidence.of(abi, run, release),
     )
-
-
-def _structured(abi: AbiDiff, run: RunResult, release: ReleaseEvidence) -> dict[str, Any]:
-    """gate.json's evidence as data: what a dashboard or a release tool reads instead of the prose."""
-    return {
-        "counts": run.counts(),
-        "removed_exports": list(abi.removed_exports),
-        "changed_signatures": [{"name": c.name, "old": c.old, "new": c.new} for c in abi.changed_signatures],
-        "broken_cells": [
-            {"id": c.id, "status": c.status.value, "reason": c.reason, "missing": list(c.missing_names)}
-            for c in run.cells
-            if c.verdict is Verdict.BROKEN
-        ],
-        "headers": {"audited": release.headers_audited, "findings": [c.to_json() for c in release.headers]},
-        "probe_cells": [p.to_json() for p in probe_cells(run.cells)],
-        "op_schemas": release.ops.to_json() if release.ops else None,
-        "timings": {k: round(v, 2) for k, v in release.timings.items()},
-    }
 
 
 def _header_reasons(claims: Sequence[HeaderClaim]) -> list[Reason]:
@@ -267,9 +306,7 @@ def _header_reasons(claims: Sequence[HeaderClaim]) -> list[Reason]:
 
 
 def _probe_reasons(run: RunResult) -> list[Reason]:
-    broken = sorted(
-        (c for c in run.cells if is_header_probe(c.extension) and c.verdict is Verdict.BROKEN), key=lambda c: c.id
-    )
+    broken = sorted((c for c in run.cells if is_probe(c) and c.verdict is Verdict.BROKEN), key=lambda c: c.id)
     if not broken:
         return []
     return [
@@ -353,13 +390,13 @@ def _abi_evidence(abi: AbiDiff) -> str:
     )
 
 
-def _matrix_reasons(run: RunResult, candidate: str, diff: RunDiff | None, known: Sequence[Outcome]) -> list[Reason]:
+def _matrix_reasons(
+    run: RunResult, candidate: Candidate, diff: RunDiff | None, known: Sequence[Outcome]
+) -> list[Reason]:
     """Broken promises not acknowledged by a known break, and known breaks that expired (each its own reason)."""
     new_ids = {c.id for c in diff.new_breaks} if diff else None
     expired = {o.entry.name: o for o in known if o.state is State.EXPIRED}
-    broken = sorted(
-        (c for c in run.cells if c.verdict is Verdict.BROKEN and not is_header_probe(c.extension)), key=lambda c: c.id
-    )
+    broken = sorted((c for c in run.cells if c.verdict is Verdict.BROKEN and not is_probe(c)), key=lambda c: c.id)
     plain = [c for c in broken if c.known_break not in expired]
     reasons: list[Reason] = []
     if plain:
@@ -381,9 +418,9 @@ def _matrix_reasons(run: RunResult, candidate: str, diff: RunDiff | None, known:
     return reasons
 
 
-def _matrix_evidence(run: RunResult, candidate: str, diff: RunDiff | None) -> list[str]:
-    forward = [c for c in run.cells if _release(c.build_torch) == candidate]
-    backward = [c for c in run.cells if _release(c.runtime_torch) == candidate]
+def _matrix_evidence(run: RunResult, candidate: Candidate, diff: RunDiff | None) -> list[str]:
+    forward = [c for c in run.cells if _on(c.build_torch, candidate)]
+    backward = [c for c in run.cells if _on(c.runtime_torch, candidate)]
     evidence = [f"matrix run {run.run_id}: {len(run.cells)} cells: {_counted(run.cells)}"]
     for label, cells in (("built on the candidate (forward)", forward), ("run on the candidate (backward)", backward)):
         evidence.append(f"{label}: {len(cells)} cells, {_counted(cells)}")
@@ -396,33 +433,12 @@ def _matrix_evidence(run: RunResult, candidate: str, diff: RunDiff | None) -> li
     return evidence
 
 
-def candidate_ref(candidate: str, wheel: Path | None, find_links: Sequence[str], releases: Sequence[str]) -> str:
-    """What abi-diff compares the previous release with: the given wheel, else the candidate's wheel in a
-    --find-links directory, else the manifest's release of that version. A given wheel is checked here,
-    before any work: a text file or a zip that is no torch wheel is bad input naming the file."""
-    if wheel is not None:
-        open_torch_wheel(wheel).close()
-        return str(wheel)
-    for folder in find_links:
-        found = sorted(Path(folder).glob(f"torch-{candidate}-*.whl")) + sorted(
-            Path(folder).glob(f"torch-{candidate}+*.whl")
-        )
-        if found:
-            return str(found[0])
-    if candidate in releases:
-        return candidate
-    raise BadInputError(
-        f"no wheel of torch {candidate} to compare with abi-diff: pass --candidate-wheel, or a --find-links "
-        f"directory holding it (the manifest knows {', '.join(releases)})"
-    )
-
-
-def previous_release(candidate: str, runtimes: Sequence[str]) -> str:
+def previous_release(candidate: Candidate, runtimes: Sequence[Version]) -> Version:
     """The newest of the matrix's runtimes older than the candidate: the release it is compared with."""
-    older = sorted({Version(r) for r in runtimes if Version(r) < Version(candidate)})
+    older = sorted({r for r in runtimes if r < candidate.version})
     if not older:
         raise BadInputError(f"no runtime of the matrix is older than the candidate {candidate}: pass --previous")
-    return str(older[-1])
+    return older[-1]
 
 
 def _counted(cells: Sequence[CellResult]) -> str:
@@ -431,8 +447,9 @@ def _counted(cells: Sequence[CellResult]) -> str:
     return ", ".join(f"{n} {v.value.replace('_', ' ')}" for v, n in counts.items() if n or v is Verdict.BROKEN)
 
 
-def _release(torch: str) -> str:
+def _on(torch: str, candidate: Candidate) -> bool:
+    """A cell's torch (as its result writes it, '2.13.0+cpu' too) is the candidate's release."""
     try:
-        return release_of(torch)
+        return Version(release_of(torch)) == candidate.version
     except InvalidVersion:
-        return torch
+        return False

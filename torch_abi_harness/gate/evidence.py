@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from torch_abi_harness.config import KnownBreak, is_header_probe
+from torch_abi_harness.config import HEADER_PROBE, KnownBreak
 from torch_abi_harness.results.known_breaks import symbol_acknowledged
 from torch_abi_harness.results.model import CellResult
 from torch_abi_harness.static.audit import GuardAudit
@@ -132,11 +132,16 @@ class ProbeCell:
 FAILED = (Verdict.BROKEN, Verdict.KNOWN_BREAK)  # a probe cell that did not load, acknowledged or not
 
 
+def is_probe(cell: CellResult) -> bool:
+    """A cell of the header probe: its build is marked generated as the probe (not known by its name)."""
+    return cell.generated == HEADER_PROBE
+
+
 def probe_cells(cells: Iterable[CellResult]) -> tuple[ProbeCell, ...]:
     return tuple(
         ProbeCell(c.id, c.target, c.runtime_torch, c.verdict.value, c.missing_names if c.verdict in FAILED else ())
         for c in cells
-        if is_header_probe(c.extension)
+        if is_probe(c)
     )
 
 

@@ -13,8 +13,8 @@ and release T does not export; its prediction (from the ELF, before it ran) name
 not only the first one the loader stops at.
 
 The extension directory is generated under the harness cache, keyed by the candidate and what it
-declares, so the build cache reuses it; its name is HEADER_PROBE and the report classes its cells
-by that name.
+declares, so the build cache reuses it; its extension is marked generated (HEADER_PROBE) and the report
+classes its cells by that mark, carried into each cell's result.
 """
 
 from __future__ import annotations

@@ -246,8 +246,23 @@ def _read_json(run_dir: Path | None, name: str) -> dict[str, Any] | None:
     return data
 
 
-def render(run: RunResult, run_dir: Path | None = None) -> str:
-    """The page for a run; run_dir (where results.json lies) adds log tails, diff.json and gate.json."""
+@dataclasses.dataclass(frozen=True)
+class Beside:
+    """What the page shows beside the run: a baseline diff (diff.json's document) and a gate decision
+    (gate.json's), handed over by whoever made them, or read from the run directory (`report`)."""
+
+    diff: dict[str, Any] | None = None
+    gate: dict[str, Any] | None = None
+
+    @classmethod
+    def read(cls, run_dir: Path | None) -> Beside:
+        return cls(_read_json(run_dir, DIFF_FILE), _read_json(run_dir, GATE_FILE))
+
+
+def render(run: RunResult, run_dir: Path | None = None, beside: Beside | None = None) -> str:
+    """The page for a run; run_dir (where results.json lies) adds log tails, and diff.json and gate.json from
+    it unless beside gives them."""
+    beside = beside if beside is not None else Beside.read(run_dir)
     grid = Grid.of(run, always=("variant",))
     columns = grid.columns
     extensions = {c.build_id: c.extension for c in run.cells}
@@ -289,8 +304,8 @@ def render(run: RunResult, run_dir: Path | None = None) -> str:
         classes=expected_failure_classes(run.cells),
         known=known,
         state_meaning=STATE_MEANING,
-        diff=_read_json(run_dir, DIFF_FILE),
-        gate=_read_json(run_dir, GATE_FILE),
+        diff=beside.diff,
+        gate=beside.gate,
         cells_json=script_json(cells),
         finding_mark=FINDING_MARK,
         builds=[
@@ -308,8 +323,8 @@ def render(run: RunResult, run_dir: Path | None = None) -> str:
     )
 
 
-def write_html(run: RunResult, run_dir: Path) -> Path:
+def write_html(run: RunResult, run_dir: Path, beside: Beside | None = None) -> Path:
     """report.html in the run directory, whole or not at all."""
     path = run_dir / "report.html"
-    write_atomic(path, render(run, run_dir))
+    write_atomic(path, render(run, run_dir, beside))
     return path

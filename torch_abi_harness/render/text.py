@@ -7,7 +7,7 @@ import re
 from collections.abc import Sequence
 from typing import ClassVar
 
-from torch_abi_harness.config import HEADER_PROBE, is_header_probe
+from torch_abi_harness.config import HEADER_PROBE
 from torch_abi_harness.core.errors import ExitCode
 from torch_abi_harness.core.status import CONDITION_MEANING, Condition, Status
 from torch_abi_harness.core.text import md_code, md_text, natural_key
@@ -144,7 +144,7 @@ def headline(run: RunResult) -> str:
 
 def header_probe_markdown(run: RunResult) -> list[str]:
     """The header probe's cells, classed apart: they test the candidate's headers, not an extension."""
-    probes = [c for c in run.cells if is_header_probe(c.extension)]
+    probes = [c for c in run.cells if c.generated == HEADER_PROBE]
     if not probes:
         return []
     failing = sorted((c for c in probes if c.verdict in (Verdict.BROKEN, Verdict.KNOWN_BREAK)), key=lambda c: c.id)

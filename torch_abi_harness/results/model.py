@@ -10,7 +10,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from torch_abi_harness.config import KnownBreak
+from torch_abi_harness.config import HEADER_PROBE, Generated, KnownBreak
 from torch_abi_harness.core.errors import BadInputError, ExitCode, InfrastructureError
 from torch_abi_harness.core.files import run_relative
 from torch_abi_harness.core.status import Condition, Status
@@ -245,6 +245,7 @@ class CellResult:
     attempts: tuple[Attempt, ...] = ()  # every run of a cell run again (--rerun-broken), in order; else empty
     known_break: str | None = None  # the known_breaks entry matching its id, whatever its verdict (from version 6)
     modules: tuple[ModuleLoad, ...] = ()  # a published wheel's derived suite: how each extension module loaded
+    generated: Generated | None = None  # a build the harness generated, not an extension of the matrix: 'header_probe'
 
     @property
     def missing_names(self) -> tuple[str, ...]:
@@ -263,6 +264,7 @@ class CellResult:
                 "variant": self.build_variant,
                 "target": self.target,
                 "python": self.build_python,
+                **({"generated": self.generated} if self.generated else {}),
             },
             "runtime": {
                 "id": self.runtime_id,
@@ -327,7 +329,13 @@ class CellResult:
             attempts=tuple(Attempt.from_json(a, data["id"]) for a in data.get("attempts", ())),  # from 4
             known_break=data.get("known_break"),  # from 6
             modules=tuple(ModuleLoad.from_json(m) for m in data.get("modules", ())),  # from 8
+            generated=build.get("generated", _generated_by_name(build["extension"])),
         )
+
+
+def _generated_by_name(extension: str) -> Generated | None:
+    """A results.json written before cells carried the marker knew the header probe by its name alone."""
+    return HEADER_PROBE if extension == HEADER_PROBE else None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -104,6 +104,7 @@ def judge_cell(cell: Cell, observed: Observed, expectation: Promise | None = Non
         expected_class=expectation.condition,
         build_python=cell.build.python,
         runtime_python=cell.runtime.python,
+        generated=cell.build.extension.generated,
         tests=observed.tests,
         failing_tests=observed.failing_tests,
         missing_symbol=observed.missing_symbol,

@@ -92,8 +92,11 @@ def make_backend(name: Backend, matrix: Matrix, cache_dir: Path, choice: Backend
 
 
 class Pipeline:
-    def __init__(self, plan: Plan, options: RunOptions, observer: Observer, backend: Executor | None = None) -> None:
+    def __init__(
+        self, plan: Plan, options: RunOptions, observer: Observer, backend: Executor | None = None, *, html: bool = True
+    ) -> None:
         self.plan = plan
+        self.html = html  # False: report.html is the caller's (the gate renders it once, with its decision)
         self.options = options
         self.observer = observer
         self.backend = backend or VenvBackend()
@@ -224,7 +227,7 @@ class Pipeline:
             published=published_builds(self.plan.builds),
             builds=self.build_rows,
         )
-        write_report(run, run_dir)
+        write_report(run, run_dir, html=self.html)
         point_latest(self.options.reports_dir, run_dir)
         return run
 
