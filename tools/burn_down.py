@@ -89,8 +89,8 @@ def main() -> int:
     problems = [f"no longer needed, take it off the list: {entry}" for entry in stale_entries(needed, listed())]
     problems += [f"an inline noqa for a burn-down rule (list it in pyproject.toml): {at}" for at in inline_noqa()]
     count = sum(len(codes) for codes in listed().values())
-    problems.append(f"burn-down list: {count} entries in {len(listed())} files; {len(problems)} problem(s)")
-    sys.stdout.write("\n".join(problems) + "\n")
+    summary = f"burn-down list: {count} entries in {len(listed())} files; {len(problems)} problem(s)"
+    sys.stdout.write("\n".join([*problems, summary]) + "\n")
     return 1 if problems else 0
 
 

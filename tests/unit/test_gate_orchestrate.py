@@ -24,9 +24,10 @@ from torch_abi_harness.plan import Plan
 from torch_abi_harness.render import html, report
 from torch_abi_harness.render.report import write_report
 from torch_abi_harness.results.diff import RunDiff
-from torch_abi_harness.results.model import CellResult, RunResult
+from torch_abi_harness.results.model import RunResult
 from torch_abi_harness.results.rundir import new_run_dir
 from torch_abi_harness.run import launch
+from torch_abi_harness.run.judge import Observed, judge_cell
 from torch_abi_harness.run.launch import ExecuteOptions, MatrixRequest
 from torch_abi_harness.run.pipeline import Pipeline
 from torch_abi_harness.static.audit import GuardAudit
@@ -101,7 +102,17 @@ def ran(self: Pipeline) -> tuple[RunResult, Path]:
     started = datetime.datetime.now(datetime.UTC)
     run_id, run_dir = new_run_dir(self.options.reports_dir)
     cells = tuple(
-        CellResult.judged(c, Status.PASS, "passed", "venv", str(c.runtime.torch), "cpu") for c in self.plan.cells
+        judge_cell(
+            c,
+            Observed(
+                status=Status.PASS,
+                reason="passed",
+                backend="venv",
+                runtime_torch=str(c.runtime.torch),
+                runtime_variant="cpu",
+            ),
+        )
+        for c in self.plan.cells
     )
     return self._report(run_id, run_dir, started, cells, interrupted=False), run_dir
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from torch_abi_harness.config import HEADER_PROBE, BuildSpec, Matrix, RuntimeSpec
+from torch_abi_harness.config import HEADER_PROBE, BuildSpec, Matrix, Recipe, RuntimeSpec
 from torch_abi_harness.config.extension import load_extension
 from torch_abi_harness.core.errors import BadInputError, ConfigError
 from torch_abi_harness.core.versions import ApiLevel, parse_release
@@ -96,11 +96,8 @@ def candidate_extensions(matrix: Matrix) -> list[str]:
     """The stable extensions the matrix builds from source, in the matrix's order: negative controls
     (`expect:`) fail by design and a prebuilt wheel (`recipe: wheel`) cannot be built again."""
     names = dict.fromkeys(b.extension.name for b in matrix.builds)
-    return [
-        n
-        for n in names
-        if (ext := matrix.extensions[n]).stable and ext.expect is None and ext.wheel is None and ext.recipe != "wheel"
-    ]
+    buildable = (ext for ext in (matrix.extensions[n] for n in names) if ext.recipe is not Recipe.WHEEL)
+    return [ext.name for ext in buildable if ext.stable and ext.expect is None and ext.wheel is None]
 
 
 def with_candidate(matrix: Matrix, candidate: Candidate, probes: Path | None = None, env: Env | None = None) -> Matrix:
