@@ -55,6 +55,14 @@ python=$(find_python || true)
 if [ -z "$python" ] || ! "$python" -c 'import ensurepip' 2>/dev/null; then
   missing+=(python3-venv) # Debian and Ubuntu ship venv's pip apart from python3
 fi
+# Python's headers: every extension that includes <Python.h> is compiled against them (Debian and Ubuntu ship them
+# apart from python3, in python3-dev); without them a build fails for want of the machine, not of the extension.
+has_headers() {
+  "$1" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null
+}
+if [ -z "$python" ] || ! has_headers "$python"; then
+  missing+=(python3-dev)
+fi
 
 if [ ${#missing[@]} -gt 0 ]; then
   say "system packages to install with apt: ${missing[*]}"

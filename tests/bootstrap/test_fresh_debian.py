@@ -8,6 +8,7 @@ reachable from here: the same script covers it (docs/ says how), untested.
 """
 
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -73,7 +74,8 @@ def test_a_stock_debian_12_has_none_of_it(debian: Path) -> None:
 def test_the_main_jobs_line_sets_up_what_nox_s_matrix_needs(debian: Path) -> None:
     done = chroot(debian, "bash ci/bootstrap.sh --setup-only matrix && .bootstrap/venv/bin/nox --list")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "== system packages to install with apt: g++ python3 python3-venv" in done.stdout
+    # Python's headers too: every sample that includes <Python.h> is compiled against them
+    assert "== system packages to install with apt: g++ python3 python3-venv python3-dev" in done.stdout
     assert "matrix" in done.stdout and "tests" in done.stdout  # nox reads the noxfile
     tools = chroot(debian, "export PATH=$PWD/.bootstrap/venv/bin:$PATH; g++ --version && uv --version")
     assert tools.returncode == 0 and "uv " in tools.stdout, tools.stderr
@@ -91,3 +93,25 @@ def test_the_tests_line_adds_docker_and_chromium_and_they_work(debian: Path) -> 
     assert "<p>ok</p>" in page.stdout, page.stderr[-2000:]
     again = chroot(debian, "bash ci/bootstrap.sh --setup-only matrix")  # a second run installs nothing
     assert again.returncode == 0 and "install" not in again.stdout, again.stdout
+
+
+# One real cell of the default matrix: stable_basic built on torch 2.13.0 for target 2.10, run on 2.13.0 (CPU).
+ONE_CELL = "stable_basic@b2.13.0-t2.10~r2.13.0-cpu"
+
+
+def test_the_main_jobs_line_keeps_a_real_cells_promise(debian: Path) -> None:
+    """README line 1 on the stock root, narrowed to one cell: the set-up, the build and the cell itself, for real.
+    torch 2.13.0 comes from a wheelhouse (`--find-links`: the CPU wheel this machine keeps, 190 MB) instead of
+    PyPI's 3 GB CUDA build; everything else from the registries, as on any machine."""
+    wheels = sorted(Path("/opt/wheels").glob("torch-2.13.0+cpu-*.whl")) if Path("/opt/wheels").is_dir() else []
+    if not wheels:
+        pytest.fail("this test needs torch 2.13.0's CPU wheel in /opt/wheels (the wheelhouse it hands the chroot)")
+    (debian / "wheels").mkdir(exist_ok=True)
+    shutil.copy(wheels[-1], debian / "wheels" / wheels[-1].name)
+    line = f"bash ci/bootstrap.sh matrix -k '{ONE_CELL}' --find-links /wheels --reports-dir /tmp/one-cell"
+    done = chroot(debian, line)
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said[-4000:]
+    assert "-> 1 cells selected" in said, said[-4000:]
+    assert re.search(rf"PASS +kept .*{re.escape(ONE_CELL)}", said), said[-4000:]
+    assert "every promise kept (exit 0)" in said, said[-4000:]

@@ -8,6 +8,7 @@ extensions at three rungs on three releases (torch envs are shared with the inte
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 
 import pytest
 from kit import harness
-from playwright.sync_api import Page
+from playwright.sync_api import Page, expect
 from synthetic import synthetic_run
 
 from torch_abi_harness.render.text import VERDICT_SYMBOL
@@ -108,7 +109,8 @@ def test_filters_hide_the_other_rows_and_columns(page: Page, report_dir: Path) -
     page.select_option("#f-extension", extension)
     for build, owner in builds.items():
         row = page.locator("#grid tbody tr", has=page.locator("th", has_text=build)).first
-        assert row.is_visible() == (owner == extension), build
+        # expect() waits for the state (a filter applies on the change event); is_visible() would not
+        (expect(row).to_be_visible if owner == extension else expect(row).to_be_hidden)()
     page.select_option("#f-extension", "")
     verdict = "expected_failure"
     with_verdict = {c["build"]["id"] for c in data["cells"] if c["verdict"] == verdict}
@@ -132,11 +134,11 @@ def test_clicking_a_cell_shows_its_missing_symbol_and_how_to_reproduce_it(page: 
     assert failed, "the report needs a cell that failed to load"
     cell = failed[0]
     open_report(page, report_dir)
-    assert page.locator("#details").is_hidden()
+    expect(page.locator("#details")).to_be_hidden()
     page.click(f'#grid td.cell[title^="{cell["id"]}: "]')
     details = page.locator("#details")
-    assert details.is_visible()
-    assert details.locator("#d-title").inner_text().endswith(cell["id"])
+    expect(details).to_be_visible()
+    expect(details.locator("#d-title")).to_have_text(re.compile(re.escape(cell["id"]) + "$"))
     assert details.locator('dd[data-field="loader names"]').inner_text() == cell["missing_symbol"]
     table = details.locator("table.missing").inner_text()
     for missing in cell["prediction"]["missing"]:
@@ -146,9 +148,9 @@ def test_clicking_a_cell_shows_its_missing_symbol_and_how_to_reproduce_it(page: 
     assert f"-k '{cell['id']}'" in details.locator('dd[data-field="reproduce"]').inner_text()
     page.screenshot(path=str(report_dir / "report-details.png"))
     page.click("#details-close")
-    assert details.is_hidden()
+    expect(details).to_be_hidden()
     open_report(page, report_dir, f"#cell={cell['id']}")  # a link to a cell opens it
-    assert page.locator("#d-title").inner_text().endswith(cell["id"])
+    expect(page.locator("#d-title")).to_have_text(re.compile(re.escape(cell["id"]) + "$"))
 
 
 def test_a_2000_cell_report_is_interactive_in_under_a_second(page: Page, tmp_path: Path) -> None:
@@ -163,10 +165,10 @@ def test_a_2000_cell_report_is_interactive_in_under_a_second(page: Page, tmp_pat
     assert page.locator("#grid td.cell").count() == 2000
     broken = run.cells[[c.verdict for c in run.cells].index(Verdict.BROKEN)]
     page.click(f'#grid td.cell[title^="{broken.id}: "]')
-    assert page.locator('dd[data-field="verdict"]').inner_text() == "broken"
+    expect(page.locator('dd[data-field="verdict"]')).to_have_text("broken")
     page.select_option("#f-verdict", "broken")
     rows = len({c.build_id for c in run.cells if c.verdict is Verdict.BROKEN})
-    assert page.locator("#shown").inner_text() == f"{rows} of {len(run.build_order)} builds shown"
+    expect(page.locator("#shown")).to_have_text(f"{rows} of {len(run.build_order)} builds shown")
 
 
 def test_what_broke_is_above_the_grid_and_each_entry_opens_its_cell(page: Page, tmp_path: Path) -> None:
@@ -183,10 +185,10 @@ def test_what_broke_is_above_the_grid_and_each_entry_opens_its_cell(page: Page, 
     worst = [c for c in run.cells if c.verdict is Verdict.BROKEN]
     assert links.count() == sum(c.verdict in (Verdict.BROKEN, Verdict.FLAKY, Verdict.ERROR) for c in run.cells)
     assert links.first.inner_text().startswith(VERDICT_SYMBOL[Verdict.BROKEN])  # broken first
-    assert page.locator("#details").is_hidden()
+    expect(page.locator("#details")).to_be_hidden()
     clicked = links.nth(len(worst)).inner_text().split(" ", 1)[1]  # the first after the broken ones
     links.nth(len(worst)).click()
-    assert page.locator("#details").is_visible()
-    assert page.locator("#d-title").inner_text().endswith(clicked)
+    expect(page.locator("#details")).to_be_visible()  # waits for the state: a check right after a click raced
+    expect(page.locator("#d-title")).to_have_text(re.compile(re.escape(clicked) + "$"))
     variant = page.locator('dd[data-field="runtime"]').inner_text()
     assert "variant cu130" in variant, variant

@@ -51,7 +51,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("compat", "reports"),
     ("census", "census"),
     ("merge", "reports"),
-    ("check", "analyse"),
+    ("check", "check"),
     ("abi-diff", "analyse"),
     ("diff", "reports"),
     ("audit-guards", "analyse"),

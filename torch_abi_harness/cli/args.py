@@ -10,7 +10,6 @@ from typing import Protocol
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from torch_abi_harness.core.versions import ApiLevel
-from torch_abi_harness.plan import MAX_SHARDS, Shard
 
 
 class Command(Protocol):
@@ -43,22 +42,6 @@ def positive_seconds(text: str) -> float:
     if not 0 < value <= MAX_SECONDS:
         raise argparse.ArgumentTypeError(f"{text!r}: must be a number of seconds greater than 0, at most {MAX_SECONDS}")
     return value
-
-
-def shard_count(text: str) -> int:
-    """argparse type: N for --shards, 1 <= N <= MAX_SHARDS (a larger fan-out is a typo, and costs memory)."""
-    value = positive_int(text)
-    if value > MAX_SHARDS:
-        raise argparse.ArgumentTypeError(f"{text!r}: at most {MAX_SHARDS} shards (a CI job matrix holds at most that)")
-    return value
-
-
-def shard_spec(text: str) -> Shard:
-    """argparse type: K/N, 1 <= K <= N."""
-    try:
-        return Shard.parse(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def api_level(text: str) -> ApiLevel:

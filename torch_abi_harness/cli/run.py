@@ -15,8 +15,6 @@ from torch_abi_harness.cli.args import (
     existing_dir,
     positive_int,
     positive_seconds,
-    shard_count,
-    shard_spec,
     wheel_directory,
 )
 from torch_abi_harness.cli.console import console, emit_json, notes
@@ -27,7 +25,7 @@ from torch_abi_harness.core.errors import BadInputError, ExitCode
 from torch_abi_harness.core.files import writable_dir
 from torch_abi_harness.core.kinds import Backend, ExecutorKind
 from torch_abi_harness.gate.candidate import Candidate, cached_candidate_env, with_candidate
-from torch_abi_harness.plan import Build, Plan, Runtime, make_plan
+from torch_abi_harness.plan import MAX_SHARDS, Build, Plan, Runtime, Shard, make_plan
 from torch_abi_harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
 from torch_abi_harness.provision.sources import resolve_sources
 from torch_abi_harness.results.diff import load_run
@@ -201,6 +199,22 @@ def executing_options(p: argparse.ArgumentParser) -> None:
         default=None,
         help="a previous run (results.json or its directory): write diff.md/diff.json against it",
     )
+
+
+def shard_count(text: str) -> int:
+    """argparse type: N for --shards, 1 <= N <= MAX_SHARDS (a larger fan-out is a typo, and costs memory)."""
+    value = positive_int(text)
+    if value > MAX_SHARDS:
+        raise argparse.ArgumentTypeError(f"{text!r}: at most {MAX_SHARDS} shards (a CI job matrix holds at most that)")
+    return value
+
+
+def shard_spec(text: str) -> Shard:
+    """argparse type: K/N, 1 <= K <= N."""
+    try:
+        return Shard.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def add_run(command: Command) -> None:

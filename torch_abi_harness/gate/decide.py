@@ -1,6 +1,6 @@
 """The release gate: GO or NO-GO for a torch release candidate, each reason with its evidence.
 
-Three sources of evidence, combined:
+Five sources of evidence, combined:
 
 1. `abi-diff` of the previous release against the candidate (its wheel, or the manifest's release):
    a removed stable export or a changed signature breaks every binary that uses it.

@@ -33,8 +33,8 @@ from torch_abi_harness.static.predict import Prediction, findings
 from torch_abi_harness.verdict import Expected, Promise, promise
 
 log = logging.getLogger(__name__)
-# Outcomes that would count against the extension: before one stands, what the cell ran on is checked again.
 NOT_RUN_REASON = "not run: the build failed (its build row says why)"
+# Outcomes that would count against the extension: before one stands, what the cell ran on is checked again.
 SUSPECT = {Status.TEST_FAILED, Status.LOAD_FAILED, Status.CRASHED, Status.TIMEOUT, Status.ERROR}
 
 
