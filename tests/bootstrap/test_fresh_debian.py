@@ -59,8 +59,10 @@ def debian(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 def chroot(root: Path, script: str) -> subprocess.CompletedProcess[str]:
-    # pip inside uses certifi unless told: point it at the system store, as this machine's pip config does.
-    env = {**STOCK_ENV, "PIP_CERT": "/etc/ssl/certs/ca-certificates.crt"}
+    # pip and uv inside use their own CA bundles unless told: point both at the system store (which holds this
+    # machine's proxy CA), as this machine's own configuration does.
+    store = "/etc/ssl/certs/ca-certificates.crt"
+    env = {**STOCK_ENV, "PIP_CERT": store, "SSL_CERT_FILE": store}
     return subprocess.run(
         ["chroot", root, "bash", "-c", f"cd /src && {script}"], env=env, capture_output=True, text=True, timeout=1800
     )
