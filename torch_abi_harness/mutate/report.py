@@ -50,7 +50,7 @@ class Score:
         reached = self.killed + self.survived - self.unreached
         return self.killed / reached if reached else None
 
-    def add(self, verdict: MutantVerdict, equivalent: bool, reached: bool = True) -> Score:
+    def add(self, verdict: MutantVerdict, *, equivalent: bool, reached: bool = True) -> Score:
         field = {
             MutantVerdict.KILLED: "killed",
             MutantVerdict.SURVIVED: "survived",
@@ -172,7 +172,7 @@ class MutationReport:
             if ext != extension or mutant.sentinel or (convention and mutant.convention != convention):
                 continue
             justified = verdict is MutantVerdict.SURVIVED and mutant.justification(ext) is not None
-            score = score.add(verdict, justified, self.reached.get((ext, mutant_id), False))
+            score = score.add(verdict, equivalent=justified, reached=self.reached.get((ext, mutant_id), False))
         return score
 
     @property
