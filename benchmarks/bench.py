@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import json
 import os
 import statistics
@@ -22,13 +23,14 @@ import tempfile
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 from torch_abi_harness.builds import Builder
 from torch_abi_harness.config import Matrix
 from torch_abi_harness.config.matrix import load_matrix
 from torch_abi_harness.execute import sandbox
 from torch_abi_harness.plan import Plan, make_plan
-from torch_abi_harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
+from torch_abi_harness.provision.envs import Env, EnvManager, EnvSpec, default_cache_dir
 from torch_abi_harness.provision.sources import ResolvedSources, resolve_sources, uv_binary
 from torch_abi_harness.run.pipeline import env_spec
 
@@ -145,6 +147,23 @@ def naive_setup_seconds(plan: Plan, matrix: Matrix, cache: Path, sources: Resolv
     return statistics.mean(samples) if samples else 0.0
 
 
+Runs = dict[str, tuple[float, list[dict[str, Any]]]]  # (wall, cells) by executor
+
+
+@dataclasses.dataclass(frozen=True)
+class Bench:
+    """What every section of the benchmark reads (the matrix, its plan, the cache and package sources, the cores),
+    and the figures each adds to."""
+
+    matrix_path: Path
+    matrix: Matrix
+    plan: Plan
+    cache: Path
+    sources: ResolvedSources
+    cores: int
+    figures: dict[str, object]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--matrix", type=Path, default=REPO / "matrix.yaml")
@@ -161,26 +180,46 @@ def main() -> int:
     plan = make_plan(matrix)
     cache = default_cache_dir()
     sources = resolve_sources(matrix.sources)
-    figures: dict[str, object] = {"cores": cores}
+    bench = Bench(args.matrix, matrix, plan, cache, sources, cores, {"cores": cores})
+    ready = bench_envs(bench, args.new_env)
+    bench_sandbox(bench, ready)
+    bench_builds(bench, ready)
+    runs = bench_matrix(bench, ready)
+    bench_naive(bench, args.naive_sample, runs)
+    if args.shards > 1:
+        bench_shards(bench, args.shards, runs)
+    figures = bench.figures
+    out = REPO / "reports" / f"bench-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(figures, indent=2) + "\n")
+    print(f"figures: {out}")
+    return 0
 
-    print(f"== environments (cache {cache})")
-    envs = EnvManager(cache, sources)
-    specs = list(dict.fromkeys(env_spec(x) for x in (*plan.builds, *plan.runtimes)))
+
+def bench_envs(bench: Bench, new_env: str) -> dict[EnvSpec, Env]:
+    """Every env of the plan reused (timed), and one made anew in an empty cache: the envs, by spec."""
+    print(f"== environments (cache {bench.cache})")
+    envs = EnvManager(bench.cache, bench.sources)
+    specs = list(dict.fromkeys(env_spec(x) for x in (*bench.plan.builds, *bench.plan.runtimes)))
     ready = {}
     for spec in specs:
         env, seconds = timed(envs.ensure, spec)
         ready[spec] = env
         print(f"   reuse  torch {env.torch_version:<16} {seconds * 1000:7.1f} ms  (verified: one stat per RECORD file)")
     with tempfile.TemporaryDirectory(prefix="bench-env-") as tmp:
-        fresh = EnvManager(Path(tmp), sources)
-        spec = next(s for s in specs if str(s.torch) == args.new_env)
+        fresh = EnvManager(Path(tmp), bench.sources)
+        spec = next(s for s in specs if str(s.torch) == new_env)
         env, seconds = timed(fresh.ensure, spec)
         print(
             f"   new    torch {env.torch_version:<16} {seconds:7.1f} s   "
             "(uv cache warm: hardlinks + bytecode + one import)"
         )
-        figures["new_env_seconds"] = round(seconds, 2)
+        bench.figures["new_env_seconds"] = round(seconds, 2)
+    return ready
 
+
+def bench_sandbox(bench: Bench, ready: dict[EnvSpec, Env]) -> None:
+    """What the cell sandbox adds to starting python, where there is one."""
     print("== the venv cell sandbox (namespaces, every mount read-only, capabilities dropped)")
     box = sandbox.detect()
     if box.isolated:
@@ -189,64 +228,72 @@ def main() -> int:
             plain = sandbox_seconds([str(env.python), "-c", "pass"], None, Path(out))
             boxed = sandbox_seconds([str(env.python), "-c", "pass"], box, Path(out))
         print(f"   python -c pass: {plain * 1000:6.1f} ms plain, {boxed * 1000:6.1f} ms in the sandbox (median of 20)")
-        figures["sandbox_overhead_ms"] = round((boxed - plain) * 1000, 1)
+        bench.figures["sandbox_overhead_ms"] = round((boxed - plain) * 1000, 1)
     else:
         print(f"   not available here: {box.reason}")
 
+
+def bench_builds(bench: Bench, ready: dict[EnvSpec, Env]) -> None:
+    """Each build compiled into an empty build cache, then looked up again."""
     print("== builds (compiled into an empty build cache, then looked up again)")
     with tempfile.TemporaryDirectory(prefix="bench-build-") as tmp:
-        builder = Builder(Path(tmp), matrix.settings.build_timeout)
+        builder = Builder(Path(tmp), bench.matrix.settings.build_timeout)
         build_figures = {}
-        for build in plan.builds:
+        for build in bench.plan.builds:
             result, seconds = timed(builder.build, build, ready[env_spec(build)])
             _, cached = timed(builder.build, build, ready[env_spec(build)])
             build_figures[build.id] = {"compile_s": round(seconds, 2), "cached_ms": round(cached * 1000, 1)}
             print(f"   {build.id:<32} compile {seconds:5.1f} s   cached {cached * 1000:6.1f} ms   ok={result.ok}")
-        figures["builds"] = build_figures
+        bench.figures["builds"] = build_figures
 
+
+def bench_matrix(bench: Bench, ready: dict[EnvSpec, Env]) -> Runs:
+    """The whole matrix, warm, with each executor, against the floor: (wall, cells) by executor."""
     bare = {spec: bare_import_seconds(env.python) for spec, env in ready.items()}
     print("== bare `import torch` per runtime: " + ", ".join(f"{s.torch} {v:.2f} s" for s, v in bare.items()))
-    runs = {}
+    cores = bench.cores
+    runs: Runs = {}
     for executor in ("fresh", "forkserver"):
-        print(f"== the whole matrix, warm ({len(plan.cells)} cells, -j {cores}, --executor {executor})")
-        wall, cells = run_matrix(args.matrix, "--executor", executor)
+        print(f"== the whole matrix, warm ({len(bench.plan.cells)} cells, -j {cores}, --executor {executor})")
+        wall, cells = run_matrix(bench.matrix_path, "--executor", executor)
         runs[executor] = (wall, cells)
         per_cell_split(cells)
-    floor = matrix_floor(plan, runs["fresh"][1], bare, cores)
+    floor = matrix_floor(bench.plan, runs["fresh"][1], bare, cores)
     print(
         "== the floor: per cell, loading the extension + its tests' own time (junit testcases); "
         f"per runtime, one `import torch` per worker; over {cores} cores: {floor:.1f} s"
     )
     for executor, (wall, _) in runs.items():
         print(f"   {executor:<11} {wall:6.1f} s   {wall / floor:4.2f} x the floor")
-        figures[f"matrix_wall_{executor}_s"] = round(wall, 2)
-    figures["matrix_floor_s"] = round(floor, 2)
-    figures["bare_import_s"] = {str(s.torch): round(v, 3) for s, v in bare.items()}
+        bench.figures[f"matrix_wall_{executor}_s"] = round(wall, 2)
+    bench.figures["matrix_floor_s"] = round(floor, 2)
+    bench.figures["bare_import_s"] = {str(s.torch): round(v, 3) for s, v in bare.items()}
+    return runs
 
-    print(f"== the naive way: a new env and install per cell (sampled on {args.naive_sample} cells, extrapolated)")
-    setup = naive_setup_seconds(plan, matrix, cache, sources, args.naive_sample)
+
+def bench_naive(bench: Bench, sample: int, runs: Runs) -> None:
+    """The naive way (a new env and install per cell), sampled and extrapolated to the matrix."""
+    print(f"== the naive way: a new env and install per cell (sampled on {sample} cells, extrapolated)")
+    setup = naive_setup_seconds(bench.plan, bench.matrix, bench.cache, bench.sources, sample)
     fresh_cells = {c["id"]: c for c in runs["fresh"][1]}
-    naive = sum(setup + (fresh_cells[c.id]["durations"].get("total") or 0.0) for c in plan.cells) / cores
+    naive = sum(setup + (fresh_cells[c.id]["durations"].get("total") or 0.0) for c in bench.plan.cells) / bench.cores
     print(f"   env + torch + wheel per cell: {setup:.1f} s (mean); the matrix that way: {naive:.0f} s")
     print(f"   forkserver: {naive / runs['forkserver'][0]:.1f} x faster than the naive way")
-    figures.update(naive_setup_per_cell_s=round(setup, 2), naive_matrix_s=round(naive, 1))
+    bench.figures.update(naive_setup_per_cell_s=round(setup, 2), naive_matrix_s=round(naive, 1))
 
-    if args.shards > 1:
-        print(f"== {args.shards} shards, run one after another (each as a CI runner would)")
-        shard_walls = [run_matrix(args.matrix, "--shard", f"{k}/{args.shards}")[0] for k in range(1, args.shards + 1)]
-        whole = runs["forkserver"][0]
-        print(
-            "   shard wall times "
-            + ", ".join(f"{w:.1f} s" for w in shard_walls)
-            + f"; the largest {max(shard_walls):.1f} s "
-            f"against {whole:.1f} s unsharded ({max(shard_walls) / whole:.2f})"
-        )
-        figures["shard_walls_s"] = [round(w, 2) for w in shard_walls]
-    out = REPO / "reports" / f"bench-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(figures, indent=2) + "\n")
-    print(f"figures: {out}")
-    return 0
+
+def bench_shards(bench: Bench, shards: int, runs: Runs) -> None:
+    """Each shard run one after another (as a CI runner would), against the unsharded wall time."""
+    print(f"== {shards} shards, run one after another (each as a CI runner would)")
+    shard_walls = [run_matrix(bench.matrix_path, "--shard", f"{k}/{shards}")[0] for k in range(1, shards + 1)]
+    whole = runs["forkserver"][0]
+    print(
+        "   shard wall times "
+        + ", ".join(f"{w:.1f} s" for w in shard_walls)
+        + f"; the largest {max(shard_walls):.1f} s "
+        f"against {whole:.1f} s unsharded ({max(shard_walls) / whole:.2f})"
+    )
+    bench.figures["shard_walls_s"] = [round(w, 2) for w in shard_walls]
 
 
 if __name__ == "__main__":

@@ -63,7 +63,7 @@ def _days(rows: list[dict[str, str]]) -> str:
     return f"on {days[0]}" if len(days) == 1 else f"from {days[0]} to {days[-1]}"
 
 
-def merged(stored: list[dict[str, str]], new: list[dict[str, str]], whole: bool) -> list[dict[str, str]]:
+def merged(stored: list[dict[str, str]], new: list[dict[str, str]], *, whole: bool) -> list[dict[str, str]]:
     """The rows to keep: the new ones (measured today), and unless they are the whole catalogue, the stored
     rows of every other probe, in their order, each with its own day."""
     today = datetime.datetime.now(datetime.UTC).date().isoformat()
@@ -78,7 +78,7 @@ def main(argv: list[str]) -> int:
     if paths:
         new = [json.loads(line) for line in Path(paths[0]).read_text().splitlines() if line.strip()]
         stored = json.loads(DATA.read_text())["rows"] if DATA.exists() else []
-        DATA.write_text(json.dumps({"rows": merged(stored, new, whole)}, indent=1, ensure_ascii=False) + "\n")
+        DATA.write_text(json.dumps({"rows": merged(stored, new, whole=whole)}, indent=1, ensure_ascii=False) + "\n")
     data = json.loads(DATA.read_text())
     PAGE.write_text(render(data))
     sys.stdout.write(table_module().render(data["rows"]))

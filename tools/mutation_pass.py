@@ -48,7 +48,7 @@ TARGETS = {
         "torch_abi_harness/render/html.py",
         ("tests/unit/test_html_report.py",),
         ("safe_url", "_RUN_PATH", "safe_path"),
-        True,
+        strings=True,
     ),
 }
 
@@ -98,7 +98,7 @@ def _constant(*nodes: ast.expr | None) -> bool:
     return len(nodes) > 1 and all(plain(n) for n in nodes)
 
 
-def _candidates(tree: ast.Module, ranges: list[tuple[int, int]], strings: bool) -> list[tuple[ast.AST, int]]:
+def _candidates(tree: ast.Module, ranges: list[tuple[int, int]], *, strings: bool) -> list[tuple[ast.AST, int]]:
     """(node, variant) pairs, in one fixed order, for the nodes inside the ranges."""
     docstrings = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
     formatted = {id(v) for n in ast.walk(tree) if isinstance(n, ast.JoinedStr) for v in n.values}
@@ -130,7 +130,7 @@ def _candidates(tree: ast.Module, ranges: list[tuple[int, int]], strings: bool) 
 def _mutate(node: ast.AST, variant: int) -> str:
     """Change the node in place; say how."""
     if isinstance(node, ast.If):
-        node.test = ast.Constant(False)
+        node.test = ast.Constant(value=False)
         return "branch dropped (if False)"
     if isinstance(node, ast.IfExp):
         node.test = ast.Constant(variant == 1)
@@ -149,13 +149,13 @@ def _mutate(node: ast.AST, variant: int) -> str:
     return f"string emptied: {before!r}"
 
 
-def extra_mutants(source: str, ranges: list[tuple[int, int]], strings: bool) -> list[tuple[int, str, str]]:
+def extra_mutants(source: str, ranges: list[tuple[int, int]], *, strings: bool) -> list[tuple[int, str, str]]:
     """(line, what changed, the mutated module) for each mutant cosmic-ray would not make."""
-    count = len(_candidates(ast.parse(source), ranges, strings))
+    count = len(_candidates(ast.parse(source), ranges, strings=strings))
     mutants = []
     for index in range(count):
         tree = ast.parse(source)
-        node, variant = _candidates(tree, ranges, strings)[index]
+        node, variant = _candidates(tree, ranges, strings=strings)[index]
         line = getattr(node, "lineno", 0)
         what = _mutate(node, variant)
         mutants.append((line, what, ast.unparse(tree) + "\n"))
@@ -170,7 +170,7 @@ def run_extras(target: Target, copy: Path) -> tuple[Counter[str], list[str]]:
     command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *target.tests]
     env = {**os.environ, "PYTHONPATH": str(copy)}
     try:
-        for line, what, mutated in extra_mutants(source, line_ranges(module, target.functions), target.strings):
+        for line, what, mutated in extra_mutants(source, line_ranges(module, target.functions), strings=target.strings):
             module.write_text(mutated)
             try:
                 done = subprocess.run(command, cwd=copy, env=env, capture_output=True, timeout=120)

@@ -57,6 +57,19 @@ class UnsupportedWorkflow(Exception):
     """Something of the workflow this runner does not run; it never guesses."""
 
 
+@dataclasses.dataclass(frozen=True)
+class JobScope:
+    """What every step of one job instance shares: its expressions, contexts and env (both updated by steps), its
+    disk, the post steps queued so far, and the time it must end by."""
+
+    evaluator: Evaluator
+    contexts: dict[str, Any]
+    env: dict[str, str]
+    disk: Path
+    posts: list[Callable[[], None]]
+    deadline: float
+
+
 @dataclasses.dataclass
 class StepRecord:
     name: str
@@ -271,9 +284,10 @@ class Runner:
             started = time.monotonic()
             deadline = started + 60 * float(job.get("timeout-minutes", 360))
             posts: list[Callable[[], None]] = []
+            scope = JobScope(evaluator, contexts, env, disk, posts, deadline)
             with DiskWatch(disk) as watch:
                 for number, step in enumerate(job["steps"]):
-                    outcome = self.run_step(step, number, evaluator, contexts, env, disk, posts, deadline)
+                    outcome = self.run_step(step, number, scope)
                     record.steps.append(outcome)
                     if outcome.outcome == "failure" and not step.get("continue-on-error"):
                         state["failed"] = True
@@ -315,29 +329,19 @@ class Runner:
         )
         return env
 
-    def run_step(
-        self,
-        step: Mapping[str, Any],
-        number: int,
-        evaluator: Evaluator,
-        contexts: dict[str, Any],
-        env: dict[str, str],
-        disk: Path,
-        posts: list[Callable[[], None]],
-        deadline: float,
-    ) -> StepRecord:
+    def run_step(self, step: Mapping[str, Any], number: int, job: JobScope) -> StepRecord:
         unknown = set(step) - STEP_KEYS
         if unknown:
             raise UnsupportedWorkflow(f"step {step.get('name', number)}: keys {sorted(unknown)} are not run here")
         title = step.get("name") or step.get("uses") or step["run"].splitlines()[0]
-        if not evaluator.condition(step.get("if")):
-            self._record_step(step, contexts, "skipped", {})
+        if not job.evaluator.condition(step.get("if")):
+            self._record_step(step, job.contexts, "skipped", {})
             return StepRecord(title, "skipped", 0.0)
         started = time.monotonic()
-        step_env = dict(env)
+        step_env = dict(job.env)
         for key, value in step.get("env", {}).items():
-            step_env[key] = evaluator.interpolate(str(value))
-        files = disk / "files"
+            step_env[key] = job.evaluator.interpolate(str(value))
+        files = job.disk / "files"
         output = files / f"output-{number}"
         output.touch()
         step_env.update(
@@ -345,20 +349,20 @@ class Runner:
             GITHUB_ENV=str(files / f"env-{number}"),
             GITHUB_STEP_SUMMARY=str(files / "summary.md"),
         )
-        workspace = Path(env["GITHUB_WORKSPACE"])
+        workspace = Path(job.env["GITHUB_WORKSPACE"])
         try:
             if "uses" in step:
-                outputs = self.use(step, evaluator, env, workspace, posts)
+                outputs = self.use(step, job.evaluator, job.env, workspace, job.posts)
                 ok = True
             else:
-                ok = self.run_script(step, evaluator, step_env, workspace, deadline, number)
+                ok = self.run_script(step, job.evaluator, step_env, workspace, job.deadline, number)
                 outputs = read_env_file(output)
-                env.update(read_env_file(files / f"env-{number}"))
+                job.env.update(read_env_file(files / f"env-{number}"))
         except (ActionFailed, subprocess.TimeoutExpired) as exc:
             log.warning("step %r failed: %s", title, exc)
             ok, outputs = False, {}
         outcome = "success" if ok else "failure"
-        self._record_step(step, contexts, outcome, outputs)
+        self._record_step(step, job.contexts, outcome, outputs)
         log.info("  step %r: %s (%.1f s)", title, outcome, time.monotonic() - started)
         return StepRecord(title, outcome, time.monotonic() - started)
 

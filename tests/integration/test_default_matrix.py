@@ -1,6 +1,7 @@
 """The README's main job: the committed matrix, for real, across every release it names."""
 
 from pathlib import Path
+from typing import Any
 
 from kit import cells_by_id, harness, latest_results
 
@@ -53,20 +54,7 @@ def test_default_matrix_keeps_every_promise_then_reuses_everything(repo: Path, t
         assert cell["missing_symbol"] == symbol
         assert cell["reason"] == f"undefined symbol: {symbol}"
     assert cells["stable_basic@b2.13.0-t2.10~r2.9.1-cpu"]["missing_symbol"] == "torch_list_size"
-    # The Python axis: the abi3 wheels are promised and pass on 3.10 and 3.13; the cp311 wheels (cp_specific,
-    # classic_ops) are refused by the installer there, class python-abi, and do not run.
-    for runtime in ("r2.12.1-cpu-py3.10", "r2.14.1-cpu-py3.10", "r2.12.1-cpu-py3.13", "r2.15.0-cpu-py3.13"):
-        abi3 = cells[f"stable_basic@b2.15.0-t2.9~{runtime}"]
-        assert (abi3["status"], abi3["verdict"], abi3["runtime"]["python"]) == ("PASS", "kept", runtime[-4:])
-        for build in ("cp_specific@b2.15.0-t2.9", "classic_ops@b2.13.0"):
-            got = cells[f"{build}~{runtime}"]
-            assert (got["status"], got["expected_class"], got["verdict"]) == (
-                "LOAD_FAILED",
-                "python-abi",
-                "expected_failure",
-            ), got
-            assert got["reason"].startswith(f"not installable on CPython {runtime[-4:]}: a cp311-cp311 wheel")
-    assert cells["cp_specific@b2.15.0-t2.9~r2.9.1-cpu"]["verdict"] == "kept"
+    assert_the_python_axis(cells)
     # The classic TORCH_LIBRARY extension (unstable C++ API) built on 2.13: no promise off 2.13.
     for runtime in ("2.9.1", "2.10.0", "2.11.0"):
         got = cells[f"classic_ops@b2.13.0~r{runtime}-cpu"]
@@ -79,14 +67,7 @@ def test_default_matrix_keeps_every_promise_then_reuses_everything(repo: Path, t
     assert silent["tests"]["failed"] == 3
     assert silent["findings"][0].startswith("loaded as predicted, then TEST_FAILED")
     assert cells["classic_ops@b2.13.0~r2.13.0-cpu"]["verdict"] == "kept"
-    # The negative controls crash and hang where they load; the run goes on.
-    for runtime in ("2.9.1", "2.10.0", "2.11.0", "2.12.1", "2.13.0", "2.14.1", "2.15.0"):
-        got = cells[f"crash_control@b2.13.0-t2.9~r{runtime}-cpu"]
-        assert (got["status"], got["verdict"]) == ("CRASHED", "expected_failure")
-        assert got["reason"] == "killed by SIGSEGV in test test_crash.py::test_segfault"
-    hung = cells["hang_control@b2.13.0-t2.9~r2.15.0-cpu"]
-    assert (hung["status"], hung["verdict"]) == ("TIMEOUT", "expected_failure")
-    assert hung["reason"] == "no result after 10 s, killed in test test_hang.py::test_spin_forever"
+    assert_the_negative_controls_crash_and_hang(cells)
     # The ladder: the 2.15 headers at each target fail on the release just below it, for want of a
     # shim that release introduced.
     for target, older, symbol in [
@@ -114,3 +95,31 @@ def test_default_matrix_keeps_every_promise_then_reuses_everything(repo: Path, t
     )
     assert second.returncode == 0, second.stdout
     assert "created" not in second.stdout and second.stdout.count("(cached)") == 13, second.stdout
+
+
+def assert_the_python_axis(cells: dict[str, dict[str, Any]]) -> None:
+    # The Python axis: the abi3 wheels are promised and pass on 3.10 and 3.13; the cp311 wheels (cp_specific,
+    # classic_ops) are refused by the installer there, class python-abi, and do not run.
+    for runtime in ("r2.12.1-cpu-py3.10", "r2.14.1-cpu-py3.10", "r2.12.1-cpu-py3.13", "r2.15.0-cpu-py3.13"):
+        abi3 = cells[f"stable_basic@b2.15.0-t2.9~{runtime}"]
+        assert (abi3["status"], abi3["verdict"], abi3["runtime"]["python"]) == ("PASS", "kept", runtime[-4:])
+        for build in ("cp_specific@b2.15.0-t2.9", "classic_ops@b2.13.0"):
+            got = cells[f"{build}~{runtime}"]
+            assert (got["status"], got["expected_class"], got["verdict"]) == (
+                "LOAD_FAILED",
+                "python-abi",
+                "expected_failure",
+            ), got
+            assert got["reason"].startswith(f"not installable on CPython {runtime[-4:]}: a cp311-cp311 wheel")
+    assert cells["cp_specific@b2.15.0-t2.9~r2.9.1-cpu"]["verdict"] == "kept"
+
+
+def assert_the_negative_controls_crash_and_hang(cells: dict[str, dict[str, Any]]) -> None:
+    # The negative controls crash and hang where they load; the run goes on.
+    for runtime in ("2.9.1", "2.10.0", "2.11.0", "2.12.1", "2.13.0", "2.14.1", "2.15.0"):
+        got = cells[f"crash_control@b2.13.0-t2.9~r{runtime}-cpu"]
+        assert (got["status"], got["verdict"]) == ("CRASHED", "expected_failure")
+        assert got["reason"] == "killed by SIGSEGV in test test_crash.py::test_segfault"
+    hung = cells["hang_control@b2.13.0-t2.9~r2.15.0-cpu"]
+    assert (hung["status"], hung["verdict"]) == ("TIMEOUT", "expected_failure")
+    assert hung["reason"] == "no result after 10 s, killed in test test_hang.py::test_spin_forever"

@@ -172,7 +172,7 @@ def test_prediction_names_the_library_a_runtime_lacks() -> None:
     manifest = Manifest({"schema_version": 1, "releases": ["2.10.0"], "symbols": {}})
     imports = ArtifactImports(frozenset(), {}, frozenset(), frozenset(), {})
     lacks = unmet(facts(CUDA_OPS), CU128)
-    fails = predict(imports, "2.10.0+cu128", set(), manifest, True, lacks)
+    fails = predict(imports, "2.10.0+cu128", set(), manifest, lacks, full_exports=True)
     assert fails.outcome is Predicted.LOAD_FAILED and fails.missing == ()
     assert fails.summary == "needs libcudart.so.13; torch 2.10.0+cu128 ships CUDA 12"
     assert fails.to_json()["unmet"] == [{"class": "cuda-major", "why": fails.summary}]
@@ -181,9 +181,9 @@ def test_prediction_names_the_library_a_runtime_lacks() -> None:
     ]
     reason = "OSError: libcudart.so.13: cannot open shared object file: No such file or directory"
     assert findings(fails, "LOAD_FAILED", reason, None) == []
-    assert predict(imports, "2.14.1+cu130", set(), manifest, True, unmet(facts(CUDA_OPS), CU130)).outcome is (
-        Predicted.LOADS
-    )
+    assert predict(
+        imports, "2.14.1+cu130", set(), manifest, unmet(facts(CUDA_OPS), CU130), full_exports=True
+    ).outcome is (Predicted.LOADS)
 
 
 def _result(cell: Cell, status: Status, runtime: RuntimeFacts, variant: str) -> CellResult:

@@ -65,7 +65,17 @@ def test_a_cells_timeout_is_the_command_lines_then_its_extensions_then_the_matri
 def request(tmp_path: Path, cell: Cell, preload: tuple[Path, ...] = ()) -> CellRequest:
     site = tmp_path / "site"
     handle = RuntimeHandle(cell.runtime, "2.15.0+cpu", "cpu", "/usr/bin/python3", tmp_path / "lib", tmp_path / "x.json")
-    build = BuildResult(cell.build, True, "", tmp_path / "w.whl", site, tmp_path / "build.log", 1.0, True, "key")
+    build = BuildResult(
+        cell.build,
+        ok=True,
+        reason="",
+        wheel=tmp_path / "w.whl",
+        site=site,
+        log=tmp_path / "build.log",
+        seconds=1.0,
+        cached=True,
+        key="key",
+    )
     out = tmp_path / "run" / "cells" / cell.id
     out.mkdir(parents=True)
     return CellRequest(cell, handle, build, out, 60.0, 1, (), preload)

@@ -39,7 +39,7 @@ def latent(name: str, *missing_at: ApiLevel, first: str = "2.12.1") -> LatentBre
 
 
 def audit(release: str, *breaks: LatentBreak) -> GuardAudit:
-    return GuardAudit(release, T29, True, breaks, ())
+    return GuardAudit(release, T29, probed=True, breaks=breaks, header_findings=())
 
 
 def known(name: str, *symbols: str, expires: datetime.date = datetime.date(2027, 1, 1)) -> KnownBreak:
@@ -58,7 +58,9 @@ def test_a_header_finding_is_a_reason_new_or_inherited_and_gate_json_carries_it(
         ("aoti_torch_dtype_float8_e8m0fnu", False),
         ("aoti_torch_int64_to_ivalue", True),
     ]
-    gate = decide(Candidate.parse("2.12.1"), "2.11.0", CLEAN, run_of(KEPT), None, ReleaseEvidence(claims, True))
+    gate = decide(
+        Candidate.parse("2.12.1"), "2.11.0", CLEAN, run_of(KEPT), None, ReleaseEvidence(claims, headers_audited=True)
+    )
     assert gate.decision is Decision.NO_GO
     (reason,) = gate.reasons
     assert "2 declaration(s)" in reason.title and "1 new in the candidate, 1 inherited" in reason.title
@@ -74,11 +76,15 @@ def test_a_header_finding_is_a_reason_new_or_inherited_and_gate_json_carries_it(
 def test_a_known_break_of_symbols_acknowledges_a_finding_until_it_expires() -> None:
     candidate = audit("2.13.0", latent("aoti_torch_int64_to_ivalue", T29, first="2.10.0"))
     holding = header_claims(candidate, None, (known("ivalue-2.9", "aoti_torch_*_to_ivalue"),), TODAY)
-    gate = decide(Candidate.parse("2.13.0"), "2.12.1", CLEAN, run_of(KEPT), None, ReleaseEvidence(holding, True))
+    gate = decide(
+        Candidate.parse("2.13.0"), "2.12.1", CLEAN, run_of(KEPT), None, ReleaseEvidence(holding, headers_audited=True)
+    )
     assert gate.decision is Decision.GO
     assert any("acknowledged by known break ivalue-2.9" in line for line in gate.known_breaks)
     expired = header_claims(candidate, None, (known("ivalue-2.9", "aoti_*", expires=datetime.date(2026, 1, 1)),), TODAY)
-    gate = decide(Candidate.parse("2.13.0"), "2.12.1", CLEAN, run_of(KEPT), None, ReleaseEvidence(expired, True))
+    gate = decide(
+        Candidate.parse("2.13.0"), "2.12.1", CLEAN, run_of(KEPT), None, ReleaseEvidence(expired, headers_audited=True)
+    )
     assert gate.decision is Decision.NO_GO
     assert gate.reasons[0].title == "known break ivalue-2.9 expired: 1 header finding(s) again"
 
@@ -137,7 +143,14 @@ def test_a_breaking_change_to_a_called_op_is_a_reason_and_the_rest_is_at_risk_by
     ops = op_evidence(changes, calls)
     assert [(c.op, by) for c, by in ops.breaking_called] == [("aten::narrow", ("stable_basic",))]
     assert (ops.at_risk, ops.compatible, ops.called_ops) == ({"aten": 1, "quantized": 1}, 1, 1)
-    gate = decide(Candidate.parse("2.12.1"), "2.11.0", CLEAN, run_of(KEPT), None, ReleaseEvidence((), True, ops))
+    gate = decide(
+        Candidate.parse("2.12.1"),
+        "2.11.0",
+        CLEAN,
+        run_of(KEPT),
+        None,
+        ReleaseEvidence((), headers_audited=True, ops=ops),
+    )
     assert gate.reasons[0].evidence == ("aten::narrow: overload removed (called by stable_basic)",)
     assert "at risk for extensions that call them: aten 1, quantized 1" in "\n".join(gate.evidence)
     assert not op_evidence(None, calls, "no schemas").compared
@@ -175,7 +188,9 @@ def test_the_replay_table_is_counted_from_each_gate_s_typed_evidence() -> None:
     )
     other = dataclasses.replace(BROKEN, id="x@b2.10.0~r2.12.1-cpu")
     cells = run_of(probe_cell("2.11.0", ("sym",)), probe_cell("2.12.1", ()), other)
-    gate = decide(Candidate.parse("2.12.1"), "2.11.0", CLEAN, cells, None, ReleaseEvidence(claims, True))  # type: ignore[arg-type]
+    gate = decide(
+        Candidate.parse("2.12.1"), "2.11.0", CLEAN, cells, None, ReleaseEvidence(claims, headers_audited=True)
+    )  # type: ignore[arg-type]
     assert [(c.id, c.probe) for c in gate.facts.broken_cells] == [
         (f"{HEADER_PROBE}@b2.12.1-t2.9~r2.11.0-cpu", True),
         (other.id, False),

@@ -113,19 +113,19 @@ def imports_of(stable: set[str], unstable: dict[str, str] | None = None) -> Arti
 def test_claims_that_the_imports_contradict_are_findings() -> None:
     manifest = packaged_manifest()
     uses_2_10 = imports_of({"aoti_torch_get_numel", "torch_call_dispatcher"})
-    assert claim_findings(uses_2_10, Version("2.13.0"), ApiLevel(2, 10), True, manifest) == ()
-    assert claim_findings(uses_2_10, Version("2.13.0"), ApiLevel(2, 9), True, manifest) == (
+    assert claim_findings(uses_2_10, Version("2.13.0"), ApiLevel(2, 10), manifest, stable=True) == ()
+    assert claim_findings(uses_2_10, Version("2.13.0"), ApiLevel(2, 9), manifest, stable=True) == (
         "the wheel claims target 2.9 but imports torch_call_dispatcher, first exported in 2.10.0: "
         "it needs stable-ABI level 2.10",
     )
-    assert claim_findings(uses_2_10, Version("2.9.1"), ApiLevel(2, 9), True, manifest)[1] == (
+    assert claim_findings(uses_2_10, Version("2.9.1"), ApiLevel(2, 9), manifest, stable=True)[1] == (
         "the wheel claims build torch 2.9.1 but imports torch_call_dispatcher, which 2.9.1 does not export"
     )
     unstable = imports_of({"torch_call_dispatcher"}, {"_ZN3c104impl3fooEv": "c10::impl::foo()"})
-    assert claim_findings(unstable, Version("2.13.0"), ApiLevel(2, 10), True, manifest) == (
+    assert claim_findings(unstable, Version("2.13.0"), ApiLevel(2, 10), manifest, stable=True) == (
         "the wheel imports 1 unstable C++ symbol(s) (e.g. c10::impl::foo()): it is not on the stable ABI alone",
     )
-    assert claim_findings(unstable, Version("2.13.0"), ApiLevel(2, 10), False, manifest) == ()
+    assert claim_findings(unstable, Version("2.13.0"), ApiLevel(2, 10), manifest, stable=False) == ()
 
 
 def write_extension(root: Path, body: str) -> Path:
@@ -202,7 +202,7 @@ def test_unpacking_a_prebuilt_wheel_gives_the_site_cells_use_and_is_cached(tmp_p
     so = shared_object(tmp_path, ["aoti_torch_get_numel", "torch_call_dispatcher"])
     ops_wheel(ext / "dist" / ABI3, so)
     # The build torch's env only supplies the interpreter uv installs for: this one will do.
-    env = Env(EnvSpec(Version("2.13.0"), "auto", "3.11"), Path(sys.prefix), "2.13.0+cpu", "cpu", 0.0, True)
+    env = Env(EnvSpec(Version("2.13.0"), "auto", "3.11"), Path(sys.prefix), "2.13.0+cpu", "cpu", 0.0, reused=True)
     builder = Builder(tmp_path / "cache", timeout=60)
 
     (build,) = make_plan(
@@ -232,7 +232,7 @@ def test_a_wheel_uv_refuses_to_install_is_bad_input_not_an_infrastructure_error(
     ext = write_extension(tmp_path, WHEEL_EXTENSION)
     write_wheel(ext / "dist" / ABI3, {"my_ops/__init__.py": b"", "my_ops/_C.abi3.so": shared_object(tmp_path, [])})
     (build,) = make_plan(load_matrix(matrix_with(tmp_path, "{extension: my_ops, torch: 2.13.0}"))).builds
-    env = Env(EnvSpec(Version("2.13.0"), "auto", "3.11"), Path(sys.prefix), "2.13.0+cpu", "cpu", 0.0, True)
+    env = Env(EnvSpec(Version("2.13.0"), "auto", "3.11"), Path(sys.prefix), "2.13.0+cpu", "cpu", 0.0, reused=True)
     with pytest.raises(BadInputError, match="uv cannot install the prebuilt wheel") as info:
         Builder(tmp_path / "cache", timeout=60).build(build, env)
     assert str(ext / "extension.yaml") in str(info.value) and "rebuild it with a standard build tool" in str(info.value)

@@ -107,22 +107,31 @@ def test_cells_are_promised_by_the_level_really_built_for(plan_cells: dict[str, 
     assert real.expected is Expected.LOAD_FAILED and real.why == "target 2.10 is newer than the runtime torch 2.9"
 
 
-def built(build: Build, ok: bool, **details: object) -> BuildResult:
+def built(build: Build, *, ok: bool, **details: object) -> BuildResult:
     return BuildResult(
-        build, ok, "" if ok else "ops.cpp:3: error: boom", None, None, Path("log"), 1.0, False, "k", **details
+        build,
+        ok,
+        "" if ok else "ops.cpp:3: error: boom",
+        None,
+        None,
+        Path("log"),
+        1.0,
+        cached=False,
+        key="k",
+        **details,
     )  # type: ignore[arg-type]
 
 
 def test_a_build_row_says_whether_it_kept_its_promise_to_compile(build_t29: Build) -> None:
-    assert judge_build(built(build_t29, True)).verdict is Verdict.KEPT
-    failed = judge_build(built(build_t29, False))
+    assert judge_build(built(build_t29, ok=True)).verdict is Verdict.KEPT
+    failed = judge_build(built(build_t29, ok=False))
     assert (failed.verdict, failed.reason, failed.built_for) == (Verdict.BROKEN, "ops.cpp:3: error: boom", None)
     assert failed.expected_why == "target 2.9 <= build torch 2.15"
     too_new = dataclasses.replace(build_t29, target=ApiLevel(2, 16))
-    assert judge_build(built(too_new, False)).verdict is Verdict.EXPECTED_FAILURE
-    assert judge_build(built(build_t29, False, toolchain="no nvcc")).verdict is Verdict.SKIPPED
-    assert judge_build(built(build_t29, False, infrastructure=True)).verdict is Verdict.ERROR
-    real = judge_build(built(build_t29, True, built_for=ApiLevel(2, 10), findings=("asked 2.9, built 2.10",)))
+    assert judge_build(built(too_new, ok=False)).verdict is Verdict.EXPECTED_FAILURE
+    assert judge_build(built(build_t29, ok=False, toolchain="no nvcc")).verdict is Verdict.SKIPPED
+    assert judge_build(built(build_t29, ok=False, infrastructure=True)).verdict is Verdict.ERROR
+    real = judge_build(built(build_t29, ok=True, built_for=ApiLevel(2, 10), findings=("asked 2.9, built 2.10",)))
     assert (real.target, real.built_for, real.findings) == ("2.9", "2.10", ("asked 2.9, built 2.10",))
 
 

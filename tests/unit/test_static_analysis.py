@@ -154,7 +154,10 @@ def test_prediction_names_missing_symbols_with_their_release(manifest: Manifest)
     old = predict(imports, "2.9.1", manifest.exported_by("2.9.1"), manifest, full_exports=False)
     assert old.outcome is Predicted.LOAD_FAILED
     assert [(m.name, m.introduced) for m in old.missing] == [("torch_b", "2.10.0")]
-    assert predict(imports, "2.10.0", manifest.exported_by("2.10.0"), manifest, False).outcome is Predicted.LOADS
+    assert (
+        predict(imports, "2.10.0", manifest.exported_by("2.10.0"), manifest, full_exports=False).outcome
+        is Predicted.LOADS
+    )
     unstable = ArtifactImports(frozenset(), {"_ZN3c104warnEv": "c10::warn()"}, frozenset(), frozenset(), {})
     assert predict(unstable, "2.10.0", set(), manifest, full_exports=False).outcome is Predicted.UNKNOWN
     assert predict(unstable, "2.10.0", set(), manifest, full_exports=True).outcome is Predicted.LOAD_FAILED
@@ -162,8 +165,8 @@ def test_prediction_names_missing_symbols_with_their_release(manifest: Manifest)
 
 def test_findings_when_outcome_and_prediction_disagree(manifest: Manifest) -> None:
     imports = ArtifactImports(frozenset({"torch_b"}), {}, frozenset(), frozenset(), {})
-    fails = predict(imports, "2.9.1", manifest.exported_by("2.9.1"), manifest, False)
-    loads = predict(imports, "2.10.0", manifest.exported_by("2.10.0"), manifest, False)
+    fails = predict(imports, "2.9.1", manifest.exported_by("2.9.1"), manifest, full_exports=False)
+    loads = predict(imports, "2.10.0", manifest.exported_by("2.10.0"), manifest, full_exports=False)
     assert findings(fails, "LOAD_FAILED", "undefined symbol: torch_b", "torch_b") == []
     assert findings(fails, "PASS", "3 passed", None)[0].startswith("predicted not to load")
     assert findings(loads, "LOAD_FAILED", "undefined symbol: x", "x")[0].startswith("predicted to load")

@@ -159,7 +159,7 @@ class Builder:
         claimed = f"build torch {build.torch}, target {build.effective_target}"
         imports = ArtifactImports.of(read_artifact(wheel))
         found = prebuilt.claim_findings(
-            imports, build.torch, build.effective_target, build.extension.stable, packaged_manifest()
+            imports, build.torch, build.effective_target, packaged_manifest(), stable=build.extension.stable
         )
         write_atomic(
             out / "build.log",

@@ -125,6 +125,26 @@ def _python_of(request: str | None, default: str) -> str:
     return request if request and not is_path(request) else default
 
 
+def _first_release(reading: WheelReading, releases: list[Version]) -> tuple[Version, str]:
+    """The first release that exports every shim the wheel imports (the oldest release here when it imports
+    none), and where its target comes from, in words."""
+    if reading.newest is not None:
+        shim, first = reading.newest
+        return first, f"read from the wheel: it imports {shim}, first exported in torch {first}"
+    return releases[0], "it imports no stable shim (not a stable-ABI wheel): no target"
+
+
+def _build_torch(reading: WheelReading, releases: list[Version], first: Version) -> tuple[Version, str]:
+    """The torch the wheel stands as built with (the one its metadata pins, else the oldest release here from
+    first on), and where it comes from, in words."""
+    if reading.pinned is not None:
+        return reading.pinned, f"its metadata pins {reading.torch_pin}"
+    served = [r for r in releases if r >= first]
+    torch = served[0] if served else first
+    said = f"it requires {reading.torch_pin}" if reading.torch_pin else "its metadata names no torch"
+    return torch, f"{said}; torch {torch}, the oldest release here that exports every shim it imports, stands in"
+
+
 def _build_of(
     request: PublishedRequest,
     wheel: PublishedWheel,
@@ -141,19 +161,8 @@ def _build_of(
         raise ResolutionError(
             f"{request.where}: {wheel.filename} holds no shared object: nothing in it uses the stable ABI"
         )
-    if reading.newest is not None:
-        shim, first = reading.newest
-        target_from = f"read from the wheel: it imports {shim}, first exported in torch {first}"
-    else:
-        first = releases[0]
-        target_from = "it imports no stable shim (not a stable-ABI wheel): no target"
-    if reading.pinned is not None:
-        torch, torch_from = reading.pinned, f"its metadata pins {reading.torch_pin}"
-    else:
-        served = [r for r in releases if r >= first]
-        torch = served[0] if served else first
-        said = f"it requires {reading.torch_pin}" if reading.torch_pin else "its metadata names no torch"
-        torch_from = f"{said}; torch {torch}, the oldest release here that exports every shim it imports, stands in"
+    first, target_from = _first_release(reading, releases)
+    torch, torch_from = _build_torch(reading, releases, first)
     facts = PublishedFacts(
         request.requirement,
         wheel.filename,

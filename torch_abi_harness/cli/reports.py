@@ -194,7 +194,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     writable_dir(args.reports_dir, "--reports-dir")
     baseline = load_run(args.baseline) if args.baseline else None  # a bad baseline fails before any work
     try:
-        merged = merge_reports(args.reports, args.reports_dir, args.allow_missing)
+        merged = merge_reports(args.reports, args.reports_dir, allow_missing=args.allow_missing)
     except ReportError as exc:
         print_grid(exc.run)
         raise

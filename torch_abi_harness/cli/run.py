@@ -133,6 +133,19 @@ def selection_options(p: argparse.ArgumentParser) -> None:
 
 def executing_options(p: argparse.ArgumentParser) -> None:
     """What running cells takes: `run` and `gate`."""
+    _pacing_options(p)
+    _strictness_options(p)
+    _backend_options(p)
+    p.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="a previous run (results.json or its directory): write diff.md/diff.json against it",
+    )
+
+
+def _pacing_options(p: argparse.ArgumentParser) -> None:
+    """Reruns, cells at once, where reports and caches go, and the time a cell may take."""
     p.add_argument(
         "--rerun-broken",
         type=positive_int,
@@ -156,6 +169,10 @@ def executing_options(p: argparse.ArgumentParser) -> None:
         default=None,
         help="seconds per cell, over the matrix's settings.cell_timeout and an extension's own timeout",
     )
+
+
+def _strictness_options(p: argparse.ArgumentParser) -> None:
+    """When a CPython, a GPU or a toolchain this machine lacks is an error instead of a download or a skip."""
     p.add_argument(
         "--no-python-downloads",
         action="store_true",
@@ -173,6 +190,10 @@ def executing_options(p: argparse.ArgumentParser) -> None:
         help="a build this machine lacks the C++ compiler, nvcc or CUDA headers for is an ERROR (exit 3), not "
         "SKIPPED (default: SKIPPED with the reason and the fix; --require-gpu implies it)",
     )
+
+
+def _backend_options(p: argparse.ArgumentParser) -> None:
+    """The venv backend's executor and the docker backend's route and containers."""
     p.add_argument(
         "--executor",
         type=ExecutorKind,
@@ -192,12 +213,6 @@ def executing_options(p: argparse.ArgumentParser) -> None:
         "--keep-containers",
         action="store_true",
         help="docker backend, for debugging: leave each cell's container behind (stopped) instead of removing it",
-    )
-    p.add_argument(
-        "--baseline",
-        type=Path,
-        default=None,
-        help="a previous run (results.json or its directory): write diff.md/diff.json against it",
     )
 
 

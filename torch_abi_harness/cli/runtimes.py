@@ -138,14 +138,14 @@ def cmd_runtimes(args: argparse.Namespace) -> int:
         for line in catalog.matrix_entries():
             console.print(escape(line))
     else:
-        print_catalog(catalog, args.all_platforms, metadata=not args.no_metadata)
+        print_catalog(catalog, all_platforms=args.all_platforms, metadata=not args.no_metadata)
     if not catalog.runtimes:
         served = f"; variants served: {', '.join(catalog.variants_seen)}" if args.variant else ""
         notes.print(f"[yellow]no torch wheel of these sources passes the filters[/]{escape(served)}")
     return int(ExitCode.OK)
 
 
-def print_catalog(catalog: Catalog, all_platforms: bool, metadata: bool) -> None:
+def print_catalog(catalog: Catalog, *, all_platforms: bool, metadata: bool) -> None:
     """One section per release; a row per variant and source, with the Pythons it serves."""
     rows: dict[tuple[Version, str, str], list[PublishedRuntime]] = {}
     for runtime in catalog.runtimes:

@@ -107,7 +107,7 @@ class Sandbox:
     def isolated(self) -> bool:
         return self.kind == "namespaces"
 
-    def wrap(self, argv: Sequence[str], writable: Sequence[Path], keep_capabilities: bool = False) -> list[str]:
+    def wrap(self, argv: Sequence[str], writable: Sequence[Path], *, keep_capabilities: bool = False) -> list[str]:
         """argv run inside the sandbox: the whole filesystem read-only but the writable paths and a private
         /dev/shm. Without namespaces the cell still dies with the harness (pdeathsig), where setpriv exists."""
         if not self.isolated:

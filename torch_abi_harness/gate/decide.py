@@ -199,7 +199,7 @@ def direction(cell: CellResult, candidate: Candidate) -> str:
     return "not the candidate's cell"
 
 
-def evidence_of(cell: CellResult, candidate: Candidate, new: bool | None) -> str:
+def evidence_of(cell: CellResult, candidate: Candidate, *, new: bool | None) -> str:
     """A broken cell as evidence: what happened, the symbols it misses (and who first exports each), the tests."""
     parts = [f"{cell.id}: {cell.status.value}: {cell.reason}", direction(cell, candidate)]
     missing = cell.prediction.missing if cell.prediction else ()
@@ -403,7 +403,7 @@ def _matrix_reasons(
         reasons.append(
             Reason(
                 f"{len(plain)} broken promise(s) in the matrix with the candidate on both axes",
-                tuple(evidence_of(c, candidate, None if new_ids is None else c.id in new_ids) for c in plain),
+                tuple(evidence_of(c, candidate, new=None if new_ids is None else c.id in new_ids) for c in plain),
             )
         )
     for name, outcome in sorted(expired.items()):
@@ -412,7 +412,7 @@ def _matrix_reasons(
             Reason(
                 f"known break {name} expired on {outcome.entry.expires.isoformat()}: {len(cells)} cell(s) broken "
                 f"again ({outcome.entry.link})",
-                tuple(evidence_of(c, candidate, None) for c in cells),
+                tuple(evidence_of(c, candidate, new=None) for c in cells),
             )
         )
     return reasons

@@ -173,7 +173,9 @@ def op_evidence(
     """changes: diff_releases(previous, candidate), None when not both recorded; calls: per extension name."""
     called_ops = {call.op for found in calls.values() for call in found}
     if changes is None:
-        return OpEvidence(False, why_not, (), {}, 0, len(called_ops))
+        return OpEvidence(
+            compared=False, why_not=why_not, breaking_called=(), at_risk={}, compatible=0, called_ops=len(called_ops)
+        )
     breaking = [c for c in changes if c.change is Change.BREAKING]
     hit: list[tuple[OpChange, tuple[str, ...]]] = []
     at_risk: Counter[str] = Counter()
@@ -184,7 +186,14 @@ def op_evidence(
         else:
             at_risk[change.op.split("::", 1)[0]] += 1
     compatible = sum(c.change is not Change.BREAKING for c in changes)
-    return OpEvidence(True, "", tuple(hit), dict(at_risk), compatible, len(called_ops))
+    return OpEvidence(
+        compared=True,
+        why_not="",
+        breaking_called=tuple(hit),
+        at_risk=dict(at_risk),
+        compatible=compatible,
+        called_ops=len(called_ops),
+    )
 
 
 def _calls(found: Iterable[OpCall], key: str) -> bool:

@@ -50,7 +50,7 @@ class Score:
         reached = self.killed + self.survived - self.unreached
         return self.killed / reached if reached else None
 
-    def add(self, verdict: MutantVerdict, equivalent: bool, reached: bool = True) -> Score:
+    def add(self, verdict: MutantVerdict, *, equivalent: bool, reached: bool = True) -> Score:
         field = {
             MutantVerdict.KILLED: "killed",
             MutantVerdict.SURVIVED: "survived",
@@ -172,7 +172,7 @@ class MutationReport:
             if ext != extension or mutant.sentinel or (convention and mutant.convention != convention):
                 continue
             justified = verdict is MutantVerdict.SURVIVED and mutant.justification(ext) is not None
-            score = score.add(verdict, justified, self.reached.get((ext, mutant_id), False))
+            score = score.add(verdict, equivalent=justified, reached=self.reached.get((ext, mutant_id), False))
         return score
 
     @property
@@ -268,6 +268,12 @@ class MutationReport:
         }
 
     def markdown(self) -> str:
+        lines = [*self._markdown_head(), *self._markdown_scores(), *self._markdown_survivors()]
+        lines += self._markdown_mutants()
+        return "\n".join(lines) + "\n"
+
+    def _markdown_head(self) -> list[str]:
+        """The title, what ran, and, for a run in error, every problem."""
         run = self.run
         lines = [
             f"# Mutation run {run.run_id}",
@@ -284,7 +290,11 @@ class MutationReport:
             lines += [f"- error: `{c.mutant}` on `{c.cell}`: {c.reason}" for c in self.errors]
             lines += [f"- {self.interruption}"] if self.interruption else []
             lines.append("")
-        lines += [
+        return lines
+
+    def _markdown_scores(self) -> list[str]:
+        """The scores' table: per extension, all conventions, the test strength and each convention's count."""
+        lines = [
             "## Scores",
             "",
             "The score is killed / applicable; the test strength killed / reached (a mutant is reached when the suite"
@@ -299,7 +309,11 @@ class MutationReport:
                 s = self.score(ext, conv)
                 row.append("-" if s.score is None else f"{s.killed}/{s.killed + s.survived}")
             lines.append(f"| {ext} | " + " | ".join(row) + " |")
-        lines += ["", "## Survivors"]
+        return lines
+
+    def _markdown_survivors(self) -> list[str]:
+        """Every survivor, per extension, with its reason."""
+        lines = ["", "## Survivors"]
         survivors = self.survivors
         if not survivors:
             lines += ["", "None: every applicable mutant was killed."]
@@ -321,14 +335,19 @@ class MutationReport:
                     f"Survived on {', '.join(f'`{c.cell}`' for c in survivor.cells)}; reached: "
                     f"{'yes' if survivor.reached else 'no'}. Reason: {survivor.reason}."
                 )
-        lines += ["", "## Mutants", "", "| mutant | convention | does | " + " | ".join(self.extensions) + " |"]
+        return lines
+
+    def _markdown_mutants(self) -> list[str]:
+        """Each mutant's outcome per extension, and the cells not run."""
+        run = self.run
+        lines = ["", "## Mutants", "", "| mutant | convention | does | " + " | ".join(self.extensions) + " |"]
         lines.append("|---|---|---|" + "---|" * len(self.extensions))
         for mutant in run.catalogue.mutants:
             verdicts = [self._outcome(ext, mutant.id) for ext in self.extensions]
             lines.append(f"| `{mutant.id}` | {mutant.convention} | {mutant.does} | " + " | ".join(verdicts) + " |")
         if run.skipped:
             lines += ["", "## Cells not run", "", *(f"- {s}" for s in run.skipped)]
-        return "\n".join(lines) + "\n"
+        return lines
 
     def _outcome(self, extension: str, mutant_id: str) -> str:
         verdict = self.verdicts.get((extension, mutant_id), MutantVerdict.NOT_APPLICABLE)

@@ -263,7 +263,7 @@ def discover(sources: Sequence[Source], filters: Filters, *, timeout: float = 30
     log.info(
         "listed %d source(s) in %.2f s: %d runtime(s) shown", len(sources), time.monotonic() - started, len(groups)
     )
-    cudas = _cuda_of_builds(groups, timeout, metadata)
+    cudas = _cuda_of_builds(groups, timeout, metadata=metadata)
     order = {source: position for position, source in enumerate(sources)}
     runtimes = [
         PublishedRuntime(
@@ -350,7 +350,7 @@ def read_metadata(wheel: TorchWheel, timeout: float) -> list[str] | None:
     return BytesHeaderParser().parsebytes(body).get_all("Requires-Dist") or []
 
 
-def _cuda_of_builds(groups: dict[_Key, list[TorchWheel]], timeout: float, metadata: bool) -> dict[_Build, str]:
+def _cuda_of_builds(groups: dict[_Key, list[TorchWheel]], timeout: float, *, metadata: bool) -> dict[_Build, str]:
     """The CUDA of each build shown: its label's, else (metadata true) what the core metadata of one
     of its wheels names, read concurrently: a wheel this host installs where there is one, and one
     whose metadata can be read without the wheel (advertised, or a wheel file on this machine)."""

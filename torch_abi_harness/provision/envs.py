@@ -177,7 +177,14 @@ class EnvManager:
             if found.mismatch(spec.torch, spec.variant, spec.python, spec.interpreter) is None:
                 state = self.root / found.key
                 return Env(
-                    spec, found.prefix, found.torch_version, found.variant, 0.0, True, existing=found, state=state
+                    spec,
+                    found.prefix,
+                    found.torch_version,
+                    found.variant,
+                    0.0,
+                    reused=True,
+                    existing=found,
+                    state=state,
                 )
         return None
 

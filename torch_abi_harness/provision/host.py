@@ -51,7 +51,7 @@ class HostFacts:
         return cls(**{field.name: data[field.name] for field in dataclasses.fields(cls)})
 
 
-def _version_line(argv: list[str], first: bool) -> str | None:
+def _version_line(argv: list[str], *, first: bool) -> str | None:
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError):

@@ -137,18 +137,22 @@ def downloads_forbidden(environ: Mapping[str, str]) -> bool:
 def _download(request: str, environ: Mapping[str, str]) -> Download:
     """`uv python install <request>`, logged as the line to run by hand; how it ended, never an exception."""
     if downloads_forbidden(environ):
-        return Download(False, f"downloads are off (UV_PYTHON_DOWNLOADS={environ['UV_PYTHON_DOWNLOADS']}): not fetched")
+        return Download(
+            ok=False, why=f"downloads are off (UV_PYTHON_DOWNLOADS={environ['UV_PYTHON_DOWNLOADS']}): not fetched"
+        )
     argv = [uv_binary(), "python", "install", request]
     log.info("no CPython %s installed: %s", request, " ".join(argv))
     env = {**environ, "UV_PYTHON_DOWNLOADS": "manual"}  # an explicit install: allowed unless uv.toml says never
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return Download(False, f"`uv python install {request}` did not run: {exc}")
+        return Download(ok=False, why=f"`uv python install {request}` did not run: {exc}")
     if proc.returncode == 0:
-        return Download(True, f"`uv python install {request}` installed it")
+        return Download(ok=True, why=f"`uv python install {request}` installed it")
     said = [line.strip() for line in (proc.stderr or proc.stdout).splitlines() if line.strip()]
-    return Download(False, f"`uv python install {request}` failed (exit {proc.returncode}): " + " / ".join(said[-3:]))
+    return Download(
+        ok=False, why=f"`uv python install {request}` failed (exit {proc.returncode}): " + " / ".join(said[-3:])
+    )
 
 
 @functools.cache

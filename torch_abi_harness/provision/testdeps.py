@@ -95,7 +95,7 @@ class OverlayManager:
         wanted = tuple(requirements)
         pins, _ = self.resolve(wanted, env)
         if not pins:
-            return Overlay(wanted, (), None, time.monotonic() - started, True)
+            return Overlay(wanted, (), None, time.monotonic() - started, reused=True)
         key = overlay_key(pins, env.spec.python)
         path = self.root / key
         self.root.mkdir(parents=True, exist_ok=True)

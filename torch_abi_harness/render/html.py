@@ -265,22 +265,7 @@ def render(run: RunResult, run_dir: Path | None = None, beside: Beside | None = 
     beside = beside if beside is not None else Beside.read(run_dir)
     grid = Grid.of(run, always=("variant",))
     columns = grid.columns
-    extensions = {c.build_id: c.extension for c in run.cells}
-    builds = {b.id: b for b in run.builds}
-    on_candidate = {c.build_id for c in run.cells if run.candidate and c.build_torch == run.candidate}
-    cells: list[dict[str, Any]] = []  # each cell's details, by the index its grid cell carries
-    indexed: list[tuple[int, CellResult]] = []
-    rows: list[GridRow] = []
-    for row in grid.rows:
-        marks: list[GridCell | None] = []
-        for number, column in enumerate(columns):
-            found = grid.cells.get((row, column.runtime_id))
-            marks.append(None if found is None else GridCell.of(found, len(cells), number))
-            if found is not None:
-                indexed.append((len(cells), found))
-                cells.append(details(run, found, run_dir))
-        mark, note = build_mark(builds.get(row))
-        rows.append(GridRow(row, extensions[row], tuple(marks), row in on_candidate, mark, note))
+    rows, cells, indexed = _grid_rows(run, grid, run_dir)
     counts = run.counts()
     known = outcomes(run.known_breaks, run.cells)
     first = problems(indexed)
@@ -308,19 +293,48 @@ def render(run: RunResult, run_dir: Path | None = None, beside: Beside | None = 
         gate=beside.gate,
         cells_json=script_json(cells),
         finding_mark=FINDING_MARK,
-        builds=[
-            {
-                "id": b.id,
-                "mark": build_mark(b)[0],
-                "verdict": b.verdict,
-                "reason": b.reason,
-                "expected_why": b.expected_why,
-                "findings": b.findings,
-            }
-            for b in sorted(run.builds, key=lambda b: natural_key(b.id))
-            if b.findings or b.verdict is not Verdict.KEPT
-        ],
+        builds=_builds_shown(run),
     )
+
+
+def _grid_rows(
+    run: RunResult, grid: Grid, run_dir: Path | None
+) -> tuple[list[GridRow], list[dict[str, Any]], list[tuple[int, CellResult]]]:
+    """The page's rows of the grid, each cell's details (by the index its grid cell carries), and the cells with
+    that index."""
+    extensions = {c.build_id: c.extension for c in run.cells}
+    builds = {b.id: b for b in run.builds}
+    on_candidate = {c.build_id for c in run.cells if run.candidate and c.build_torch == run.candidate}
+    cells: list[dict[str, Any]] = []
+    indexed: list[tuple[int, CellResult]] = []
+    rows: list[GridRow] = []
+    for row in grid.rows:
+        marks: list[GridCell | None] = []
+        for number, column in enumerate(grid.columns):
+            found = grid.cells.get((row, column.runtime_id))
+            marks.append(None if found is None else GridCell.of(found, len(cells), number))
+            if found is not None:
+                indexed.append((len(cells), found))
+                cells.append(details(run, found, run_dir))
+        mark, note = build_mark(builds.get(row))
+        rows.append(GridRow(row, extensions[row], tuple(marks), row in on_candidate, mark, note))
+    return rows, cells, indexed
+
+
+def _builds_shown(run: RunResult) -> list[dict[str, Any]]:
+    """The builds the page lists: those with findings or not simply kept, in natural order."""
+    return [
+        {
+            "id": b.id,
+            "mark": build_mark(b)[0],
+            "verdict": b.verdict,
+            "reason": b.reason,
+            "expected_why": b.expected_why,
+            "findings": b.findings,
+        }
+        for b in sorted(run.builds, key=lambda b: natural_key(b.id))
+        if b.findings or b.verdict is not Verdict.KEPT
+    ]
 
 
 def write_html(run: RunResult, run_dir: Path, beside: Beside | None = None) -> Path:

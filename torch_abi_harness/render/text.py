@@ -60,6 +60,19 @@ STATUS_SHORT = {
 
 
 def summary_markdown(run: RunResult) -> str:
+    lines = _summary_head(run)
+    lines += _expected_failures_markdown(run)
+    lines += builds_markdown(run)
+    lines += known_breaks_markdown(run)
+    lines += header_probe_markdown(run)
+    lines += _predictions_markdown(run)
+    lines += doc_differences_markdown(run.cells)
+    lines += _not_simply_passed_markdown(run)
+    return "\n".join(lines)
+
+
+def _summary_head(run: RunResult) -> list[str]:
+    """The title, what ran, the result in a line, the grid and its legend."""
     counts = run.counts()
     grid = Grid.of(run)
     builds = {b.id: b for b in run.builds}
@@ -82,25 +95,33 @@ def summary_markdown(run: RunResult) -> str:
     ]
     legend = "; ".join(f"{VERDICT_SYMBOL[v]} {VERDICT_MEANING[v]}" for v in Verdict)
     legend += f"; {NOT_RUN} {NOT_RUN_MEANING}" if grid.absent else ""
-    lines += [
+    return [
+        *lines,
         "",
         f"Legend: {legend}; {FINDING_MARK} a finding: the outcome disagrees with the static prediction, "
         "or a build is not what the matrix says (the target its compiler was given, a prebuilt wheel's imports)",
         "",
     ]
+
+
+def _expected_failures_markdown(run: RunResult) -> list[str]:
+    """The expected failures, grouped by the condition that expects them (nothing when there are none)."""
     groups = expected_failure_classes(run.cells)
-    if groups:
-        lines += ["Expected failures, by the condition that expects them:", ""]
-        for group in groups:
-            lines.append(f"- {VERDICT_SYMBOL[Verdict.EXPECTED_FAILURE]} {group.markdown()}")
-        lines.append("")
-    lines += builds_markdown(run)
-    lines += known_breaks_markdown(run)
-    lines += header_probe_markdown(run)
+    if not groups:
+        return []
+    lines = ["Expected failures, by the condition that expects them:", ""]
+    for group in groups:
+        lines.append(f"- {VERDICT_SYMBOL[Verdict.EXPECTED_FAILURE]} {group.markdown()}")
+    lines.append("")
+    return lines
+
+
+def _predictions_markdown(run: RunResult) -> list[str]:
+    """How many cells were predicted, and every finding: a cell whose outcome disagrees with its prediction."""
     findings = [c for c in sorted(run.cells, key=lambda c: natural_key(c.id)) if run.cell_findings(c)]
     predicted = sum(1 for c in run.cells if c.prediction is not None)
     verdict_line = f"{len(findings)} have findings:" if findings else "every prediction matched the outcome."
-    lines += [
+    lines = [
         "## Prediction vs outcome",
         "",
         f"{predicted} cells were predicted from ELF symbols before running; {verdict_line}",
@@ -108,23 +129,28 @@ def summary_markdown(run: RunResult) -> str:
     ]
     lines += [f"- {FINDING_MARK} `{c.id}`: {md_text(f)}" for c in findings for f in run.cell_findings(c)]
     lines.append("")
-    lines += doc_differences_markdown(run.cells)
+    return lines
+
+
+def _not_simply_passed_markdown(run: RunResult) -> list[str]:
+    """Every cell that did not pass as promised, with its reason, its expectation and each attempt."""
     explained = [
         c
         for c in sorted(run.cells, key=lambda c: natural_key(c.id))
         if c.status is not Status.PASS or c.verdict is not Verdict.KEPT
     ]
-    if explained:
-        lines += ["## Every cell that did not simply pass", ""]
-        for cell in explained:
-            lines.append(
-                f"- {VERDICT_SYMBOL[cell.verdict]} `{cell.id}`: **{cell.status.value}** ({cell.verdict.value}): "
-                f"{md_text(cell.reason)} "
-                f"(expected {cell.expected.value}{class_of(cell)}: {md_text(cell.expected_why)})"
-            )
-            lines += [f"  - {md_text(a.line(n))}" for n, a in enumerate(cell.attempts, 1)]
-        lines.append("")
-    return "\n".join(lines)
+    if not explained:
+        return []
+    lines = ["## Every cell that did not simply pass", ""]
+    for cell in explained:
+        lines.append(
+            f"- {VERDICT_SYMBOL[cell.verdict]} `{cell.id}`: **{cell.status.value}** ({cell.verdict.value}): "
+            f"{md_text(cell.reason)} "
+            f"(expected {cell.expected.value}{class_of(cell)}: {md_text(cell.expected_why)})"
+        )
+        lines += [f"  - {md_text(a.line(n))}" for n, a in enumerate(cell.attempts, 1)]
+    lines.append("")
+    return lines
 
 
 def headline(run: RunResult) -> str:

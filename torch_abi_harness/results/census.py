@@ -115,7 +115,7 @@ def _releases(releases: list[str]) -> str:
     return ", ".join(releases)
 
 
-def _class_of(cell: CellResult, detailed: bool = False) -> str:
+def _class_of(cell: CellResult, *, detailed: bool = False) -> str:
     """Why a cell proves nothing, in a word (its class), with the libraries for host-library when detailed."""
     if cell.verdict is Verdict.EXPECTED_FAILURE and cell.expected_class:
         if detailed and cell.expected_class is Condition.HOST_LIBRARY:
@@ -133,24 +133,26 @@ def _module_proofs(cell: CellResult, modules: tuple[str, ...]) -> tuple[ModulePr
     (its wheel does not install on that Python, say) proves none, each saying why."""
     if not cell.modules:
         why = _class_of(cell) if cell.expected_class is not Condition.TORCH_ABI else cell.reason
-        return tuple(ModuleProof(m, False, why[:120]) for m in modules)
+        return tuple(ModuleProof(m, proven=False, why=why[:120]) for m in modules)
     found = []
     for record in cell.modules:
         name = record.name
         if record.error is not None:
             missing = record.missing_symbol or record.missing_library
             shown = f"missing {missing}" if missing else record.error.splitlines()[0][:120]
-            found.append(ModuleProof(name, False, shown))
+            found.append(ModuleProof(name, proven=False, why=shown))
             continue
         differs = any(SAME_OPS_TEST in t and f"[{name}]" in t for t in cell.failing_tests)
         if differs:
-            found.append(ModuleProof(name, False, "registers other operators than on its build torch"))
+            found.append(ModuleProof(name, proven=False, why="registers other operators than on its build torch"))
         elif not record.compared:
             found.append(
-                ModuleProof(name, False, "loads; its operators not compared (it did not load on its build torch)")
+                ModuleProof(
+                    name, proven=False, why="loads; its operators not compared (it did not load on its build torch)"
+                )
             )
         else:
-            found.append(ModuleProof(name, True, "", record.registered))
+            found.append(ModuleProof(name, proven=True, why="", registered=record.registered))
     return tuple(found)
 
 

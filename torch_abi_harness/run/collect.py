@@ -85,10 +85,10 @@ class ImportFailure:
         hint = import_hint(self.message) if self.type == "ImportError" else None
         if hint:
             text += f"; {hint}"
-        return text + (f"; {missing_fix([self.missing], self.in_suite)}" if self.missing else "")
+        return text + (f"; {missing_fix([self.missing], in_suite=self.in_suite)}" if self.missing else "")
 
 
-def missing_fix(modules: Sequence[str], in_suite: bool = False) -> str:
+def missing_fix(modules: Sequence[str], *, in_suite: bool = False) -> str:
     """What to do about top-level modules the runtime's path does not provide."""
     names = ", ".join(map(repr, modules))
     if in_suite:

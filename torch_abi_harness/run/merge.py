@@ -74,7 +74,7 @@ def _some(ids: Sequence[str]) -> str:
     return shown + (f" and {len(ids) - SHOWN} more" if len(ids) > SHOWN else "")
 
 
-def check_shards(shards: Sequence[ShardReport], allow_missing: bool = False) -> PlanIdentity:
+def check_shards(shards: Sequence[ShardReport], *, allow_missing: bool = False) -> PlanIdentity:
     """The plan the shards are parts of; BadInputError naming the files and what differs otherwise (and the
     cells in no report, unless allow_missing)."""
     first = shards[0]
@@ -176,12 +176,12 @@ def combine(shards: Sequence[ShardReport], plan: PlanIdentity, run_id: str) -> R
     )
 
 
-def merge_reports(paths: Sequence[Path], reports_dir: Path, allow_missing: bool = False) -> Merged:
+def merge_reports(paths: Sequence[Path], reports_dir: Path, *, allow_missing: bool = False) -> Merged:
     """Check the shards (cells in no report: refused, or ERROR with allow_missing), then write the merged
     report (results.json, summary.md, junit.xml, each cell's
     files and the build logs) into a new run directory of reports_dir, and point `latest` at it."""
     shards = [load_shard(p) for p in paths]
-    plan = check_shards(shards, allow_missing)
+    plan = check_shards(shards, allow_missing=allow_missing)
     run_id, run_dir = new_run_dir(reports_dir)
     skipped: list[str] = []
     for shard in shards:

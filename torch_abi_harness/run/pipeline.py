@@ -71,7 +71,9 @@ def _docker_backend(matrix: Matrix, cache_dir: Path, choice: BackendChoice) -> E
 
     route = choice.route
     settings = matrix.docker if route is None else dataclasses.replace(matrix.docker, route=route)  # type: ignore[arg-type]
-    return DockerBackend(connect(), settings, cache_dir, resolve_sources(matrix.sources), choice.keep_containers)
+    return DockerBackend(
+        connect(), settings, cache_dir, resolve_sources(matrix.sources), keep_containers=choice.keep_containers
+    )
 
 
 # How the venv backend starts each cell's process (`run --executor`).
@@ -133,7 +135,7 @@ class Pipeline:
         finally:
             self.preparer.release()
         in_plan_order = tuple(results[c.id] for c in self.plan.cells)
-        return self._report(run_id, run_dir, started, in_plan_order, interrupted), run_dir
+        return self._report(run_id, run_dir, started, in_plan_order, interrupted=interrupted), run_dir
 
     def record_builds(self, builds: dict[Build, BuildResult], artifacts: Artifacts) -> None:
         """What the gate reads of the builds: per extension, the time they took and the ops they call."""
@@ -206,6 +208,7 @@ class Pipeline:
         run_dir: Path,
         started: datetime.datetime,
         cells: tuple[CellResult, ...],
+        *,
         interrupted: bool,
     ) -> RunResult:
         run = RunResult(
@@ -282,7 +285,9 @@ class Pipeline:
                 imports, facts = artifacts[cell.build]
                 lacks = unmet(facts, runtime_facts(cell, handle))
                 calls = fits(imports.calls, op_schemas, release_of(handle.torch_version), str(cell.build.torch))
-                predictions[cell.id] = predict(imports, handle.torch_version, found, manifest, True, lacks, calls)
+                predictions[cell.id] = predict(
+                    imports, handle.torch_version, found, manifest, lacks, calls, full_exports=True
+                )
         failing = sum(p.outcome is Predicted.LOAD_FAILED for p in predictions.values())
         self.observer.stage(
             "predict",

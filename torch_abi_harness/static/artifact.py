@@ -150,7 +150,7 @@ def python_problem(tags: frozenset[Tag], python: str) -> str | None:
     return f"a {shown} wheel fits {fits_which_python(tags)}; the runtime runs CPython {python}"
 
 
-def unmet(artifact: ArtifactFacts, runtime: RuntimeFacts, any_cuda_major: bool = False) -> tuple[Unmet, ...]:
+def unmet(artifact: ArtifactFacts, runtime: RuntimeFacts, *, any_cuda_major: bool = False) -> tuple[Unmet, ...]:
     """What the artifact needs and the runtime does not provide: Python ABI first, then CUDA.
 
     any_cuda_major: the build declares it works across CUDA majors (`cuda: any`): a different

@@ -207,7 +207,7 @@ def auditable_release(manifest: Manifest, text: str) -> str:
 
 
 def audit_guards(
-    manifest: Manifest, release: str, min_target: ApiLevel, include: Path | None, probe: bool = True
+    manifest: Manifest, release: str, min_target: ApiLevel, include: Path | None, *, probe: bool = True
 ) -> GuardAudit:
     """The release's latent breaks from its preprocessed headers (packaged, else scanned from include); with
     include and probe, each confirmed by compiling, and its header-only wrappers and macros probed too."""
@@ -222,7 +222,7 @@ def audit_guards(
         visibility = scan_include(include, release, cuda_include=find_cuda_include())
     breaks = find_latent_breaks(manifest, release, min_target, visibility)
     if include is None or not probe:
-        return GuardAudit(release, min_target, False, tuple(breaks), ())
+        return GuardAudit(release, min_target, probed=False, breaks=tuple(breaks), header_findings=())
     if breaks:
         breaks = confirm(breaks, include)
     exports = exports_by_target(manifest, visibility.targets)
@@ -230,4 +230,4 @@ def audit_guards(
     with tempfile.TemporaryDirectory(prefix="audit-headers-") as tmp:
         for target in (t for t in visibility.targets if t >= min_target and t in exports):
             header_findings += probe_headers(include, target, exports[target], Path(tmp))
-    return GuardAudit(release, min_target, True, tuple(breaks), tuple(header_findings))
+    return GuardAudit(release, min_target, probed=True, breaks=tuple(breaks), header_findings=tuple(header_findings))

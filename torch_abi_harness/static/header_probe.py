@@ -198,7 +198,7 @@ def probe_headers(
     macros: Sequence[MacroProbe] = MACRO_PROBES,
 ) -> list[HeaderFinding]:
     """Compile the wrappers and macros of include's public stable headers at target; report what fails."""
-    headers = public_headers(include, cuda_include is not None, cuda_include is not None)
+    headers = public_headers(include, cuda=cuda_include is not None, cuda_runtime=cuda_include is not None)
     findings: list[HeaderFinding] = []
     remaining = list(macros)
     while True:

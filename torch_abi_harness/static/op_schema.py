@@ -108,7 +108,7 @@ def strip_alias(type_text: str) -> tuple[str, str]:
     return re.sub(r"\s+", " ", stripped).strip(), ",".join(found)
 
 
-def parse_argument(text: str, kwarg_only: bool, where: str) -> Argument:
+def parse_argument(text: str, where: str, *, kwarg_only: bool) -> Argument:
     """'Tensor(a!) out', 'Scalar alpha=1', 'int[1] dim=[]', or an unnamed return 'Tensor(a)'."""
     head, equals, default = text.partition("=")
     if equals and (head.count("(") != head.count(")") or head.count("[") != head.count("]")):
@@ -156,7 +156,7 @@ def parse(text: str) -> Schema:
         elif part == "...":
             vararg = True
         else:
-            arguments.append(parse_argument(part, kwarg_only, text))
+            arguments.append(parse_argument(part, text, kwarg_only=kwarg_only))
     returns_text = text[arrow + 2 :].strip()
     varret = False
     if returns_text.startswith("(") and returns_text.endswith(")") and not ALIAS.fullmatch(returns_text):
@@ -168,7 +168,7 @@ def parse(text: str) -> Schema:
         if part == "...":
             varret = True
         else:
-            returns.append(parse_argument(part, False, text))
+            returns.append(parse_argument(part, text, kwarg_only=False))
     return Schema(name, overload, tuple(arguments), tuple(returns), vararg, varret)
 
 

@@ -159,7 +159,7 @@ def newest_stable_import(imports: ArtifactImports, manifest: Manifest) -> tuple[
 
 
 def claim_findings(
-    imports: ArtifactImports, torch: Version, target: ApiLevel, stable: bool, manifest: Manifest
+    imports: ArtifactImports, torch: Version, target: ApiLevel, manifest: Manifest, *, stable: bool
 ) -> tuple[str, ...]:
     """Where the wheel's imports contradict what is claimed for it: build torch, target, stable ABI only."""
     found: list[str] = []

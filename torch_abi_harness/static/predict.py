@@ -149,9 +149,10 @@ def predict(
     runtime: str,
     exports: Iterable[str],
     manifest: Manifest,
-    full_exports: bool,
     unmet: Sequence[Unmet] = (),
     ops: Sequence[OpFit] = (),
+    *,
+    full_exports: bool,
 ) -> Prediction:
     """exports: what the runtime's torch libraries export (all of it when full_exports, else the stable shims);
     unmet: what else the artifact needs that the runtime lacks (artifact.unmet): it will not load either;

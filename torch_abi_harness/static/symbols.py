@@ -60,7 +60,7 @@ class SharedObject:
     dispatcher_calls: frozenset[tuple[str, str]] = frozenset()  # (op, overload) from calls' source text in .rodata
 
 
-def read_shared_object(stream: IO[bytes], name: str, strings: bool = False) -> SharedObject:
+def read_shared_object(stream: IO[bytes], name: str, *, strings: bool = False) -> SharedObject:
     """strings: also read the 'ns::name' C strings of its read-only data (the ops it may call by name)."""
     try:
         elf = ELFFile(stream)

@@ -61,7 +61,7 @@ class Pass:
     cuda: bool
 
 
-def public_headers(include: Path, cuda: bool, cuda_runtime: bool = True) -> list[str]:
+def public_headers(include: Path, *, cuda: bool, cuda_runtime: bool = True) -> list[str]:
     """The public stable-ABI headers under include (torch/include), as an extension names them."""
     found = []
     for path in sorted(include.glob("torch/**/*.h")):
@@ -257,7 +257,7 @@ def scan_include(
     chains: dict[str, tuple[ApiLevel, bool, tuple[str, ...]]] = {}
     with tempfile.TemporaryDirectory(prefix="visibility-") as tmp:
         for cuda in (False, True):
-            headers = public_headers(include, cuda, cuda_include is not None)
+            headers = public_headers(include, cuda=cuda, cuda_runtime=cuda_include is not None)
             for target in targets:
                 text = preprocess(include, headers, Pass(target, cuda), Path(tmp), cuda_include)
                 for name, chain in surviving_declarations(text, include).items():

@@ -59,6 +59,7 @@ class DockerBackend(Executor):
         options: DockerSettings,
         cache_dir: Path,
         sources: ResolvedSources,
+        *,
         keep_containers: bool = False,  # debugging: leave each cell's container behind, stopped
     ) -> None:
         super().__init__()
@@ -76,7 +77,7 @@ class DockerBackend(Executor):
 
     def prepare(self, runtimes: Mapping[Runtime, Env | None]) -> dict[Runtime, RuntimeHandle]:
         """Every runtime's image ready (made, baked or pulled) before the first cell starts."""
-        remove_stale_containers(self.engine, self.keep_containers)
+        remove_stale_containers(self.engine, keep=self.keep_containers)
         base = base_python = ""
         if any(r.image is None for r in runtimes):
             base = images.ensure_base(self.engine, self.cache_dir, self.options.base_image, self.options.debian_mirror)
@@ -158,7 +159,9 @@ class DockerBackend(Executor):
         with _engine_failures(request.cell.id):
             container = self.engine.client.containers.create(image, list(view.argv), **view.settings)
         memory = str(view.settings.get("mem_limit"))
-        cell = ContainerCell(container, work, _hand_to_cell_user(work), self.keep_containers, request.cell.id, memory)
+        cell = ContainerCell(
+            container, work, _hand_to_cell_user(work), request.cell.id, memory, keep=self.keep_containers
+        )
         try:
             with _engine_failures(request.cell.id):
                 try:
@@ -180,7 +183,7 @@ class ContainerCell:
     kind = ExecutorKind.CONTAINER
 
     def __init__(
-        self, container: Container, work: Path, owner: tuple[int, int] | None, keep: bool, cell_id: str, memory: str
+        self, container: Container, work: Path, owner: tuple[int, int] | None, cell_id: str, memory: str, *, keep: bool
     ) -> None:
         self.memory = memory
         self.container = container
@@ -219,7 +222,7 @@ class ContainerCell:
             self.dispose()
 
     def dispose(self) -> None:
-        _dispose(self.container, self.keep, self.cell_id)
+        _dispose(self.container, self.cell_id, keep=self.keep)
         _hand_back(self.work, self.owner)
 
 
@@ -281,7 +284,7 @@ def _kill(container: Container) -> None:
         pass  # it already stopped, or the engine is gone (and the container with it)
 
 
-def _dispose(container: Container, keep: bool, cell: str) -> None:
+def _dispose(container: Container, cell: str, *, keep: bool) -> None:
     """Remove the cell's container (or, debugging, stop and keep it); never hide the cell's own outcome."""
     try:
         if keep:
@@ -327,7 +330,7 @@ def owner_labels() -> dict[str, str]:
     return {f"{LABEL}.host": socket.gethostname(), f"{LABEL}.pidns": pidns, f"{LABEL}.pid": str(os.getpid())}
 
 
-def remove_stale_containers(engine: Engine, keep: bool = False) -> None:
+def remove_stale_containers(engine: Engine, *, keep: bool = False) -> None:
     """Cell containers left by a dead harness process of this host and pid namespace (killed with no
     chance to clean up). Containers of other hosts or namespaces, and kept ones, are left alone."""
     if keep:
@@ -377,7 +380,7 @@ def _probe(
         raise EngineError(f"image {image}: could not run python3 in it: {exc}") from exc
     finally:
         if container is not None:
-            _dispose(container, False, "probe")
+            _dispose(container, "probe", keep=False)
     try:
         if status != 0:
             raise ValueError(f"exit {status}: {stderr.strip()[-500:]}")

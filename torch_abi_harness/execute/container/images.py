@@ -245,75 +245,95 @@ def ensure_baked(engine: Engine, base: str, env: Env, sources: ResolvedSources, 
         image = _find(engine, name)
         if image is not None:
             return RuntimeImage(name, "baked", BAKED_PYTHON, None, None, size_bytes=image.attrs.get("Size"))
-        seconds = _bake(engine, base, name, key, env, pins, sources, work)
+        seconds = _bake(engine, _BakeOrder(base, name, key, env.spec.python, tuple(pins)), sources, work)
         image = _find(engine, name)
         assert image is not None
         return RuntimeImage(name, "baked", BAKED_PYTHON, None, None, seconds, image.attrs.get("Size"))
 
 
-def _bake(
-    engine: Engine, base: str, name: str, key: str, env: Env, pins: list[str], sources: ResolvedSources, work: Path
-) -> float:
+@dataclasses.dataclass(frozen=True)
+class _BakeOrder:
+    """One runtime image to bake: the base image, the name and content key it is committed under, and the exact
+    wheels (pins) for the image's CPython."""
+
+    base: str
+    name: str
+    key: str
+    python: str
+    pins: tuple[str, ...]
+
+
+def _bake(engine: Engine, order: _BakeOrder, sources: ResolvedSources, work: Path) -> float:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(dir=work, prefix="wheelhouse-") as wheelhouse:
         house = Path(wheelhouse)
-        (house / "requirements.txt").write_text("\n".join(pins) + "\n")
-        log.info("downloading %d wheels for %s", len(pins), name)
-        commands.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "--isolated",
-                "download",
-                "--quiet",
-                "--no-deps",
-                "--only-binary=:all:",
-                # Wheels for the image's interpreter (bookworm's cp311), whatever runs the harness.
-                f"--python-version={env.spec.python}",
-                "--implementation=cp",
-                *(f"--platform={tag}" for tag in BAKED_PLATFORMS),
-                "--dest",
-                house,
-                *sources.pip_args(),
-                "-r",
-                house / "requirements.txt",
-            ],
-            timeout=3600,
-        )
+        _download_wheels(order, sources, house)
         downloaded = time.monotonic() - started
-        script = (
-            f"set -e; /mnt/uv venv --quiet --python /usr/bin/python3 /opt/torch && "
-            f"/mnt/uv pip install --quiet --offline --no-index --no-cache --compile-bytecode "
-            f"--find-links /mnt/wheels --python {BAKED_PYTHON} -r /mnt/wheels/requirements.txt && "
-            f"{BAKED_PYTHON} -c 'import torch, pytest'"
-        )
-        container = engine.client.containers.create(
-            base,
-            ["/bin/sh", "-c", script],
-            network_mode="none",
-            # Mounts, not volumes: a volume would be declared in the committed image's config.
-            mounts=[
-                Mount("/mnt/wheels", str(house), type="bind", read_only=True),
-                Mount("/mnt/uv", str(uv_binary()), type="bind", read_only=True),
-            ],
-            labels={f"{LABEL}.role": "bake", f"{LABEL}.pid": str(os.getpid())},
-        )
-        try:
-            container.start()
-            status = container.wait(timeout=3600)
-            if status.get("StatusCode") != 0:
-                output = container.logs().decode(errors="replace")
-                raise CommandError(["docker run", base, script], status.get("StatusCode", -1), None, output)
-            container.commit(
-                *name.rsplit(":", 1),
-                changes=[f"LABEL {LABEL}.runtime={key}", "ENV PATH=/opt/torch/bin:/usr/bin:/bin"],
-            )
-        finally:
-            container.remove(force=True)
+        _install_and_commit(engine, order, house)
     seconds = time.monotonic() - started
-    log.info("baked %s in %.0f s (%.0f s of it downloading)", name, seconds, downloaded)
+    log.info("baked %s in %.0f s (%.0f s of it downloading)", order.name, seconds, downloaded)
     return seconds
+
+
+def _download_wheels(order: _BakeOrder, sources: ResolvedSources, house: Path) -> None:
+    """The pinned wheels for the image's interpreter, into house (with the requirements.txt naming them)."""
+    (house / "requirements.txt").write_text("\n".join(order.pins) + "\n")
+    log.info("downloading %d wheels for %s", len(order.pins), order.name)
+    commands.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--isolated",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--only-binary=:all:",
+            # Wheels for the image's interpreter (bookworm's cp311), whatever runs the harness.
+            f"--python-version={order.python}",
+            "--implementation=cp",
+            *(f"--platform={tag}" for tag in BAKED_PLATFORMS),
+            "--dest",
+            house,
+            *sources.pip_args(),
+            "-r",
+            house / "requirements.txt",
+        ],
+        timeout=3600,
+    )
+
+
+def _install_and_commit(engine: Engine, order: _BakeOrder, house: Path) -> None:
+    """Install house's wheels into a venv in a container of the base with no network; commit it as the image."""
+    script = (
+        f"set -e; /mnt/uv venv --quiet --python /usr/bin/python3 /opt/torch && "
+        f"/mnt/uv pip install --quiet --offline --no-index --no-cache --compile-bytecode "
+        f"--find-links /mnt/wheels --python {BAKED_PYTHON} -r /mnt/wheels/requirements.txt && "
+        f"{BAKED_PYTHON} -c 'import torch, pytest'"
+    )
+    container = engine.client.containers.create(
+        order.base,
+        ["/bin/sh", "-c", script],
+        network_mode="none",
+        # Mounts, not volumes: a volume would be declared in the committed image's config.
+        mounts=[
+            Mount("/mnt/wheels", str(house), type="bind", read_only=True),
+            Mount("/mnt/uv", str(uv_binary()), type="bind", read_only=True),
+        ],
+        labels={f"{LABEL}.role": "bake", f"{LABEL}.pid": str(os.getpid())},
+    )
+    try:
+        container.start()
+        status = container.wait(timeout=3600)
+        if status.get("StatusCode") != 0:
+            output = container.logs().decode(errors="replace")
+            raise CommandError(["docker run", order.base, script], status.get("StatusCode", -1), None, output)
+        container.commit(
+            *order.name.rsplit(":", 1),
+            changes=[f"LABEL {LABEL}.runtime={order.key}", "ENV PATH=/opt/torch/bin:/usr/bin:/bin"],
+        )
+    finally:
+        container.remove(force=True)
 
 
 def ensure_pytest_tools(cache_dir: Path, python: str) -> Path:
