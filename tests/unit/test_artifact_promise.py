@@ -221,7 +221,8 @@ def test_the_results_schema_knows_every_class_and_refuses_others() -> None:
     cell = load_schema("results")["$defs"]["cell"]["properties"]
     assert cell["expected_class"]["enum"] == [*(c.value for c in Condition), None]
     unmet_class = cell["prediction"]["oneOf"][1]["properties"]["unmet"]["items"]["properties"]["class"]["enum"]
-    assert unmet_class == [Condition.PYTHON_ABI.value, Condition.NO_CUDA.value, Condition.CUDA_MAJOR.value]
+    lacks = (Condition.PYTHON_ABI, Condition.NO_CUDA, Condition.CUDA_MAJOR, Condition.NO_DRIVER)  # unmet's
+    assert unmet_class == [c.value for c in lacks]
 
 
 def test_check_reads_dt_needed_and_tags_of_a_real_wheel(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -36,7 +36,7 @@ def test_nvcc_is_needed_where_declared_never_guessed_from_cu_files(tmp_path: Pat
     assert Needs.of(cuda_ops.root, cuda_ops.tests, requires=cuda_ops.requires) == Needs(cxx=True, cuda=True)
     # The same .cu sources, undeclared: the build is attempted (a recipe may compile them only with a GPU).
     assert Needs.of(cuda_ops.root, cuda_ops.tests) == Needs(cxx=True, cuda=False)
-    assert Needs.of(ext / "stable_basic", ext / "stable_basic" / "tests") == Needs(cxx=True, cuda=False)
+    assert Needs.of(ext / "stable_basic", ext / "stable_basic" / "tests") == Needs(cxx=True, cuda=False, python=True)
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from torch_abi_harness.builds import derived, handoff
 from torch_abi_harness.builds.derived import DERIVED_SUITE_MANIFEST, Confine
-from torch_abi_harness.builds.log import compiled_target, needs_nvcc
+from torch_abi_harness.builds.log import climbed_out, compiled_target, machine_lack
 from torch_abi_harness.builds.recipe import RecipeRun, run_recipe
 from torch_abi_harness.builds.record import BuildRecord, Handoff, read_record
 from torch_abi_harness.builds.result import IGNORED, BuildResult, cache_key, compiler_identity
@@ -60,7 +60,7 @@ class Builder:
         key = cache_key(build, env.torch_version, self.compiler)
         out = self.root / f"{build.id}-{key[:16]}"
         self.root.mkdir(parents=True, exist_ok=True)
-        lacking = self.lacking(build)
+        lacking = self.lacking(build, env)
         if lacking:
             return self._unbuildable(build, out, key, lacking)
         with locked(self.root / f"{out.name}.lock"):
@@ -75,13 +75,14 @@ class Builder:
                 result = self._compile(build, env, out, key)
             return dataclasses.replace(result, repaired=damage)
 
-    def lacking(self, build: Build) -> str | None:
-        """What this machine lacks to run the build's recipe, probed before it runs; None: nothing."""
+    def lacking(self, build: Build, env: Env) -> str | None:
+        """What this machine lacks to run the build's recipe (in env: its interpreter's headers), probed before it
+        runs; None: nothing."""
         if build.extension.wheel is not None:
             return None
         ext = build.extension
         needs = toolchain.Needs.of(ext.root, ext.tests, frozenset(IGNORED), ext.requires)
-        found = toolchain.missing(needs)
+        found = toolchain.missing(needs, python=env.python)
         return "; ".join(m.text() for m in found) or None
 
     def _unbuildable(self, build: Build, out: Path, key: str, lacking: str, tried: Path | None = None) -> BuildResult:
@@ -132,9 +133,12 @@ class Builder:
         tmp_root.mkdir(exist_ok=True)
         ran = run_recipe(self.uv, build, env, out / "dist", tmp_root, self.timeout)
         write_atomic(build_log, f"$ {commands.shell_line(ran.argv)}\n{ran.text}")
-        lacking = None if ran.ok or ran.infrastructure else toolchain.nvcc_missing(ran.text)
-        if lacking is not None:  # tried without `requires: [nvcc]`, and it wanted nvcc: the machine's lack
-            return self._unbuildable(build, out, key, needs_nvcc(lacking), build_log)
+        ext = build.extension
+        lacking = (
+            None if ran.ok or ran.infrastructure else machine_lack(ran.text, ext.sources_root or ext.root, env.python)
+        )
+        if lacking is not None:  # it wanted nvcc, or a header the machine should provide: the machine's lack
+            return self._unbuildable(build, out, key, lacking, build_log)
         if not ran.ok and not ran.infrastructure and self.verify_env is not None:
             damage = self.verify_env(env)
             if damage:
@@ -307,6 +311,8 @@ def _made(build: Build, out: Path, ran: RecipeRun, started: float) -> _Made:
     if len(wheels) != 1:
         return _Made(started, f"the recipe produced {len(wheels)} wheels, expected 1", None)
     built_for, found = compiled_target(build, ran.text, ArtifactImports.of(read_artifact(wheels[0])))
+    climbed = climbed_out(build.extension.root) if build.extension.sources_root is None else None
+    found = (*found, climbed) if climbed else found
     for finding in found:
         log.warning("%s: %s", build.id, finding)
     return _Made(started, "", wheels[0], found, built_for)

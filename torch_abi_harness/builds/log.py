@@ -1,5 +1,6 @@
-"""What a build's log says: the compiler's first error, the target it was really given, a want of nvcc,
-a tool killed mid-build, and reads outside the extension's folder."""
+"""What a build's log says: the compiler's first error (the linker's own, where the linker failed), the target
+it was really given, a want of nvcc or of a header the machine provides, a tool killed mid-build, and reads
+outside the extension's folder."""
 
 from __future__ import annotations
 
@@ -20,6 +21,16 @@ RECIPE_FILES = ("setup.py", "pyproject.toml", "setup.cfg", "CMakeLists.txt")  # 
 CLIMBING = re.compile(r"""["'(\s=]((?:\.\./)+[^"'\s)]*)""")  # a relative path that climbs out: '../csrc'
 
 
+# The compiler driver's word that the linker failed, and the linker's own error lines (GNU ld, gold, lld, mold)
+LINKER_FAILED = re.compile(r"collect2: error: ld returned|error: linker command failed|error: ld returned")
+LINKER_ERROR = re.compile(
+    r"multiple definition of|undefined reference to|cannot find -l|\bld(?:\.\w+)?: error:|\b(?:mold|lld): error:"
+)
+# A compiler that did not find an #include: gcc/nvcc's `fatal error: X: No such file or directory`, clang's
+# `fatal error: 'X' file not found`
+MISSING_HEADER = re.compile(r"fatal error: (?:'([^'\s]+)' file not found|([^:\s]+): No such file or directory)")
+
+
 # A compiler or build tool that died of a signal (an interrupt, the OOM killer) or crashed: the
 # recipe failed, but nothing was learnt about the extension's source.
 KILLED_MARKERS = (
@@ -31,13 +42,61 @@ KILLED_MARKERS = (
 
 
 def first_error_line(text: str, work: Path) -> str:
-    """The compiler's first error, with the build copy's and torch's long paths cut off."""
-    for line in text.splitlines():
+    """The compiler's first error, with the build copy's and torch's long paths cut off. Where that is the
+    compiler driver's word that the linker failed (`collect2: error: ld returned 1 exit status`), the linker's
+    own first error instead (`multiple definition of ...`, `undefined reference to ...`, `cannot find -lfoo`)."""
+    lines = text.splitlines()
+    for index, line in enumerate(lines):
         if "error:" in line or "#error" in line:
+            if LINKER_FAILED.search(line):
+                own = [x for x in (*lines[:index], *lines[index + 1 :]) if LINKER_ERROR.search(x)]
+                line = own[0] if own else line
             line = line.replace(f"{work}/", "")
             line = re.sub(r"\S*/site-packages/torch/include/", "<torch>/include/", line)
             return line.strip()[:300]
     return "the recipe exited non-zero (see the build log)"
+
+
+def missing_header(text: str) -> str | None:
+    """The first #include a compiler did not find ('Python.h'), from its `fatal error:` line; None: none."""
+    match = MISSING_HEADER.search(text)
+    return (match[1] or match[2]) if match else None
+
+
+def in_tree(root: Path, header: str) -> bool:
+    """Whether the extension's tree holds a file that is this header (csrc/ops.h for 'ops.h' or 'csrc/ops.h')."""
+    name = Path(header).name
+    return any(str(found).endswith(f"/{header}") for found in root.rglob(name) if found.is_file())
+
+
+def machine_lack(text: str, root: Path, python: str | Path | None = None) -> str | None:
+    """What a failed build's log says this machine lacks, as its toolchain reason; None: nothing of the machine.
+
+    The recipe wanted nvcc and found none; or its compiler did not find a header the machine provides (CPython's
+    where the interpreter has none, the CUDA toolkit's where nvcc or its headers are missing) and the extension's
+    tree (root: its sources_root, where it has one) does not hold it. A header of the extension's own that is
+    missing, misspelt or not on its include path stays a build failure."""
+    line = toolchain.nvcc_missing(text)
+    if line is not None:
+        return needs_nvcc(line)
+    header = missing_header(text)
+    if header is None or in_tree(root, header):
+        return None
+    lack = toolchain.header_lack(header, python)
+    return f"the build needs {header}, which this machine lacks: {lack.text()}" if lack is not None else None
+
+
+def climbed_out(root: Path) -> str | None:
+    """A finding for a build that succeeded although its recipe reads outside the extension's directory, which
+    is not copied into the build (it may have built without those files); None: its recipe stays inside."""
+    climbing = climbing_paths(root)
+    if not climbing:
+        return None
+    return (
+        f"the recipe reads outside the extension's directory ({climbing[0]}), which is not copied into the build: "
+        "it built without those files, so its wheel may lack what they hold; declare the folder it reads from in "
+        "extension.yaml (e.g. sources_root: ..)"
+    )
 
 
 def needs_nvcc(line: str) -> str:

@@ -18,8 +18,9 @@ from torch_abi_harness.plan import BUILD_OUTPUTS, Build
 
 # 2: reasons with shortened paths; 3: digests of the wheel and site/, failures say why; 4: the level it was really
 # built for (its compiler's -DTORCH_TARGET_VERSION) and the findings about it, a sources_root's files; 5: that
-# level is what the compiler was given, never raised by a newer import (4 raised it, hiding leaking guards)
-BUILD_FORMAT = 5
+# level is what the compiler was given, never raised by a newer import (4 raised it, hiding leaking guards); 6: a link
+# error's reason is the linker's own first error, a good build whose recipe climbs out of its folder has a finding
+BUILD_FORMAT = 6
 IGNORED = BUILD_OUTPUTS  # never copied into a build, never part of its sources' digest
 ROOT_IGNORED = (*IGNORED, ".git")  # ...and of a sources_root (a repository's root, often)
 

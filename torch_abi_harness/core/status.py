@@ -25,7 +25,8 @@ class Condition(enum.StrEnum):
 
     torch-abi, build, unstable and control come from the matrix (known at plan time); python-abi,
     no-cuda and cuda-major from the built artifact (its wheel tags and DT_NEEDED) against the
-    runtime as prepared, so they are decided after the build.
+    runtime as prepared, and no-driver against the runner (its NVIDIA driver), so they are decided
+    after the build; host-library from the loader's error, after the cell ran.
     """
 
     TORCH_ABI = "torch-abi"  # T <= min(B, R) promised; T > R: the load fails (undefined symbol)
@@ -36,6 +37,7 @@ class Condition(enum.StrEnum):
     NO_CUDA = "no-cuda"  # it needs CUDA (libtorch_cuda.so, libcudart.so.N...); the runtime's torch has none
     CUDA_MAJOR = "cuda-major"  # it needs libcudart.so.N (or another CUDA-major library) of another major
     HOST_LIBRARY = "host-library"  # it needs a library neither torch nor CUDA provides, and the runtime lacks it
+    NO_DRIVER = "no-driver"  # it needs the NVIDIA driver's libraries (libcuda.so.1); the runner has no GPU driver
 
 
 CONDITION_MEANING = {
@@ -48,4 +50,6 @@ CONDITION_MEANING = {
     Condition.CUDA_MAJOR: "the build needs a CUDA major the runtime's torch does not ship",
     Condition.HOST_LIBRARY: "a module needs a library that neither torch nor CUDA provides (a codec, a BLAS), "
     "and the runtime's system lacks it",
+    Condition.NO_DRIVER: "a module needs the NVIDIA driver's libraries (libcuda.so.1, libnvidia-*), which only a "
+    "machine with a GPU driver has; this runner has none",
 }

@@ -6,7 +6,10 @@ explained by these facts (a newer glibc in the build, another nvcc) more often t
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import dataclasses
+import functools
 import os
 import platform
 import shlex
@@ -49,6 +52,20 @@ class HostFacts:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> HostFacts:
         return cls(**{field.name: data[field.name] for field in dataclasses.fields(cls)})
+
+
+@functools.cache
+def nvidia_driver() -> str | None:
+    """The NVIDIA driver's libcuda as this machine's loader finds it ('libcuda.so.1'); None: no GPU driver (a CPU
+    runner), where a module that needs it cannot load, whatever torch it runs with."""
+    found = ctypes.util.find_library("cuda")
+    if found:
+        return found
+    try:
+        ctypes.CDLL("libcuda.so.1", mode=os.RTLD_LAZY)
+    except OSError:
+        return None
+    return "libcuda.so.1"
 
 
 def _version_line(argv: list[str], *, first: bool) -> str | None:

@@ -1,6 +1,8 @@
-"""What a build recipe needs of this machine: a C++ compiler, probed before it runs; nvcc and the CUDA
-headers, probed before it runs where the extension declares them (`requires: [nvcc]`), else learnt from
-the build failing for want of them (`nvcc_missing`).
+"""What a build recipe needs of this machine: a C++ compiler, probed before it runs; Python's headers for the
+build env's interpreter, probed before it runs where its sources include Python.h (directly, or through
+torch/extension.h or pybind11); nvcc and the CUDA headers, probed before it runs where the extension declares
+them (`requires: [nvcc]`). Else learnt from the build failing for want of them (`nvcc_missing`; a header the
+machine should provide, `header_lack`).
 
 A machine without them cannot build the extension, which says nothing about the extension: its
 cells are SKIPPED with the reason and the fix (ERROR with `run --require-toolchain`), never
@@ -32,6 +34,21 @@ NVCC_MISSING = re.compile(
     r"|command '[^']*nvcc' failed: No such file|No CMAKE_CUDA_COMPILER could be found|[Cc]ould not find (?:nvcc|CUDA)"
     r"|nvcc (?:was )?not found",
 )
+# Sources that include Python.h, directly or through a header that does: they need the interpreter's headers.
+INCLUDES_PYTHON = re.compile(rb'#\s*include\s*[<"](?:Python\.h|torch/extension\.h|torch/python\.h|pybind11/)')
+SOURCE_SUFFIXES = frozenset({*CXX_SUFFIXES, ".h", ".hh", ".hpp", ".hxx", ".cuh", ".inl"})
+# Headers the machine provides, never an extension: CPython's (the python3-dev package) and the CUDA toolkit's.
+PYTHON_HEADER = re.compile(
+    r"^(?:Python|pyconfig|structmember|frameobject|pythread|marshal|datetime|longintrepr|py\w+|Py\w+)\.h$|^cpython/"
+)
+CUDA_HEADER = re.compile(
+    r"^(?:cuda|cuda_\w+|cudaProfiler|cublas\w*|cufft\w*|curand\w*|cusparse\w*|cusolver\w*|nvrtc|nvToolsExt|"
+    r"driver_types|vector_types|device_\w+)\.h$|^(?:thrust|cub|cuda|nvtx3)/"
+)
+PYTHON_DEV = (
+    "install python3-dev (Debian/Ubuntu; python3.X-dev for another release than the system's), python3-devel "
+    "(Fedora/RHEL), python3-dev (Alpine: apk add python3-dev)"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +57,7 @@ class Needs:
 
     cxx: bool = False
     cuda: bool = False
+    python: bool = False  # its sources include Python.h: the build env's interpreter must have its headers
 
     @classmethod
     def of(
@@ -49,12 +67,21 @@ class Needs:
         headers only when the extension declares them (`requires: [nvcc]`): a .cu file says nothing of whether
         its recipe compiles it here (many compile .cu only when a GPU is present)."""
         suffixes: set[str] = set()
+        python = False
         for dirpath, dirnames, filenames in os.walk(root):
             here = Path(dirpath)
             dirnames[:] = [d for d in dirnames if d not in ignored and here / d != exclude]
             suffixes.update(Path(name).suffix for name in filenames)
+            python = python or any(_includes_python(here / n) for n in filenames if Path(n).suffix in SOURCE_SUFFIXES)
         cuda = "nvcc" in requires
-        return cls(cxx=bool(suffixes & CXX_SUFFIXES) or cuda, cuda=cuda)
+        return cls(cxx=bool(suffixes & CXX_SUFFIXES) or cuda, cuda=cuda, python=python)
+
+
+def _includes_python(source: Path) -> bool:
+    try:
+        return INCLUDES_PYTHON.search(source.read_bytes()) is not None
+    except OSError:
+        return False
 
 
 def nvcc_missing(log: str) -> str | None:
@@ -74,16 +101,58 @@ class Missing:
     tool: str
     looked: str
     fix: str
+    lacks: str = ""  # what is missing, said otherwise than "no <tool> on this machine"
 
     def text(self) -> str:
-        return f"no {self.tool} on this machine ({self.looked}); {self.fix}"
+        return f"{self.lacks or f'no {self.tool} on this machine'} ({self.looked}); {self.fix}"
 
 
-def missing(needs: Needs, environ: Mapping[str, str] | None = None) -> tuple[Missing, ...]:
-    """What of `needs` this machine lacks, as the build would look for it (empty: it can build)."""
+def missing(
+    needs: Needs, environ: Mapping[str, str] | None = None, python: str | Path | None = None
+) -> tuple[Missing, ...]:
+    """What of `needs` this machine lacks, as the build would look for it (empty: it can build). python: the
+    build env's interpreter, whose headers a build that includes Python.h needs."""
     environ = os.environ if environ is None else environ
     keys = ("PATH", "CXX", "CUDA_HOME", "CUDA_PATH")
-    return _probe(needs, tuple((k, environ.get(k)) for k in keys))
+    found = _probe(needs, tuple((k, environ.get(k)) for k in keys))
+    headers = python_headers(str(python)) if needs.python and python is not None else None
+    return (*found, headers) if headers is not None else found
+
+
+@functools.lru_cache(maxsize=32)
+def python_headers(python: str) -> Missing | None:
+    """What is missing where the interpreter's Python.h should be (its INCLUDEPY, where setuptools and
+    torch.utils.cpp_extension look first, and its sysconfig `include` path); None when it is in either, or the
+    interpreter cannot say."""
+    code = (
+        "import sys, sysconfig; print(sysconfig.get_config_var('INCLUDEPY') or ''); "
+        "print(sysconfig.get_paths()['include']); print('%d.%d' % sys.version_info[:2])"
+    )
+    try:
+        proc = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    said = [line.strip() for line in proc.stdout.splitlines()]
+    if proc.returncode != 0 or len(said) < 3:
+        return None
+    includes = list(dict.fromkeys(Path(d) for d in said[:2] if d))
+    if any((include / "Python.h").is_file() for include in includes):
+        return None
+    lacks = f"Python's headers for CPython {said[2]} ({python}) are missing"
+    return Missing("Python headers", f"no Python.h in {' or '.join(map(str, includes))}", PYTHON_DEV, lacks)
+
+
+def header_lack(
+    header: str, python: str | Path | None = None, environ: Mapping[str, str] | None = None
+) -> Missing | None:
+    """Why a header a compiler did not find is this machine's lack: one of CPython's where the interpreter has
+    no headers, or the CUDA toolkit's where nvcc or its headers are missing. None: the machine has what provides
+    it (the recipe did not point its compiler there), or no machine provides it (the extension's own)."""
+    if PYTHON_HEADER.match(header) and python is not None:
+        return python_headers(str(python))
+    if CUDA_HEADER.match(header):
+        return next(iter(missing(Needs(cxx=True, cuda=True), environ)), None)
+    return None
 
 
 @functools.lru_cache(maxsize=32)

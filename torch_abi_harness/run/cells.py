@@ -21,6 +21,7 @@ from torch_abi_harness.core.kinds import Device
 from torch_abi_harness.core.status import Condition, Status
 from torch_abi_harness.execute.api import CellExecution, CellRequest, Executor, RuntimeHandle
 from torch_abi_harness.plan import Cell, Plan
+from torch_abi_harness.provision.host import nvidia_driver
 from torch_abi_harness.provision.sources import uv_binary
 from torch_abi_harness.results.model import CellResult, Durations, relative_logs
 from torch_abi_harness.results.prediction import CellPrediction
@@ -67,8 +68,11 @@ def timeouts_text(cells: Sequence[Cell], options: RunOptions, matrix: Matrix) ->
 
 
 def runtime_facts(cell: Cell, handle: RuntimeHandle) -> RuntimeFacts:
-    """What the cell's runtime provides an artifact: its torch and CUDA as prepared, and its Python."""
-    return RuntimeFacts.of(handle.torch_version, handle.variant, cell.runtime.python)
+    """What the cell's runtime provides an artifact: its torch and CUDA as prepared, its Python, and whether this
+    runner has the NVIDIA driver."""
+    return RuntimeFacts.of(
+        handle.torch_version, handle.variant, cell.runtime.python, driver=nvidia_driver() is not None
+    )
 
 
 class CellRunner:

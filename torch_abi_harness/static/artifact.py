@@ -30,6 +30,9 @@ CUDA_MAJOR_LIBRARY = re.compile(r"^lib(cudart|cublas|cublasLt|nvrtc|nvJitLink|nv
 # CUDA libraries numbered by their own versions (libcufft.so.11 in CUDA 12, .12 in 13; libcudnn.so.9):
 # they need a CUDA build of torch, but say nothing about its major.
 OTHER_CUDA_LIBRARY = re.compile(r"^lib(cufft|curand|cusolver|cusparse|cudnn|nccl|nvshmem)\w*\.so")
+# The NVIDIA driver's own libraries: installed with the GPU driver, never by torch, CUDA wheels or a toolkit (a
+# toolkit's stubs/libcuda.so only links); a machine without a GPU driver has none of them.
+DRIVER_LIBRARY = re.compile(r"^lib(?:cuda\.so(?:\.\d+)*|nvidia-[\w.-]+\.so(?:\.\d+)*)$")
 CUDA_VARIANT = re.compile(r"^cu(\d+)(\d)$")  # cu128 -> CUDA 12.8; cu92 -> 9.2
 PYTHON = re.compile(r"^(\d+)\.(\d+)(t?)$")  # 3.11; 3.13t: free-threaded
 
@@ -43,15 +46,17 @@ def cuda_major(variant: str) -> int | None:
 @dataclasses.dataclass(frozen=True)
 class RuntimeFacts:
     """What a runtime as prepared provides an artifact: its torch as installed, that torch's CUDA
-    major (None: a torch without CUDA) and its CPython (X.Y, with a `t` when free-threaded)."""
+    major (None: a torch without CUDA), its CPython (X.Y, with a `t` when free-threaded) and whether
+    the runner it runs on has the NVIDIA driver (libcuda.so.1: a GPU runner)."""
 
     torch: str
     cuda: int | None
     python: str
+    driver: bool = True
 
     @classmethod
-    def of(cls, torch_version: str, variant: str, python: str) -> RuntimeFacts:
-        return cls(torch_version, cuda_major(variant), python)
+    def of(cls, torch_version: str, variant: str, python: str, *, driver: bool = True) -> RuntimeFacts:
+        return cls(torch_version, cuda_major(variant), python, driver)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +94,11 @@ class ArtifactFacts:
     def cuda_majors(self) -> tuple[tuple[str, int], ...]:
         """(library, CUDA major) for each library that names its major: ('libcudart.so.13', 13)."""
         return tuple((n, int(m[2])) for n in self.needed if (m := CUDA_MAJOR_LIBRARY.match(n)))
+
+    @property
+    def driver_libraries(self) -> tuple[str, ...]:
+        """The NVIDIA driver's libraries it needs: libcuda.so.1, libnvidia-ml.so.1."""
+        return tuple(n for n in self.needed if DRIVER_LIBRARY.match(n))
 
     def to_json(self) -> dict[str, object]:
         return {"needed": list(self.needed), "tags": sorted(str(t) for t in self.tags)}
@@ -151,7 +161,8 @@ def python_problem(tags: frozenset[Tag], python: str) -> str | None:
 
 
 def unmet(artifact: ArtifactFacts, runtime: RuntimeFacts, *, any_cuda_major: bool = False) -> tuple[Unmet, ...]:
-    """What the artifact needs and the runtime does not provide: Python ABI first, then CUDA.
+    """What the artifact needs and the runtime does not provide: Python ABI first, then CUDA, then the
+    NVIDIA driver (last: a build that also needs a CUDA the runtime lacks is classed by that).
 
     any_cuda_major: the build declares it works across CUDA majors (`cuda: any`): a different
     major is no condition; a torch without CUDA still is."""
@@ -168,4 +179,9 @@ def unmet(artifact: ArtifactFacts, runtime: RuntimeFacts, *, any_cuda_major: boo
             found.append(
                 Unmet(Condition.CUDA_MAJOR, f"needs {other[0]}; torch {runtime.torch} ships CUDA {runtime.cuda}")
             )
+    driver = artifact.driver_libraries
+    if driver and not runtime.driver:
+        found.append(
+            Unmet(Condition.NO_DRIVER, f"needs {driver[0]}, the NVIDIA driver's library; this runner has no GPU driver")
+        )
     return tuple(found)

@@ -13,9 +13,11 @@ from importlib import resources
 
 from torch_abi_harness.static.artifact import CUDA_MAJOR_LIBRARY, OTHER_CUDA_LIBRARY, TORCH_CUDA_LIBRARY
 
-# What torch's wheels, CUDA's and the C/C++ runtime provide: never a host library.
+# What torch's wheels, CUDA's, the NVIDIA driver (libcuda, libnvidia-*: class no-driver) and the C/C++ runtime
+# provide: never a host library.
 PROVIDED = re.compile(
-    r"^(lib(torch\w*|c10\w*|shm|caffe2\w*|cuda|nvrtc\w*|nvJitLink|nvToolsExt|cupti|cusparseLt|nccl|nvshmem\w*|cufile\w*)"
+    r"^(lib(torch\w*|c10\w*|shm|caffe2\w*|cuda|nvrtc\w*|nvJitLink|nvToolsExt|cupti|cusparseLt|nccl|nvshmem\w*|cufile\w*"
+    r"|nvidia-[\w.-]+)"
     r"\.so(\.\d+)*"
     r"|lib(c|m|dl|rt|pthread|util|resolv|stdc\+\+|gcc_s|atomic)\.so(\.\d+)*"
     r"|ld-linux[\w.-]*\.so(\.\d+)*|libpython3[\w.]*\.so(\.\d+)*)$"
