@@ -156,4 +156,15 @@ def print_predictions(check: ModuleCheck) -> None:
     if check.loads_from:
         console.print(f"predicted to load on {check.loads_from} and every newer release checked")
     elif not check.loads:
-        console.print("[red]predicted to load on none of the releases checked[/]")
+        console.print(nowhere(check))
+
+
+def nowhere(check: ModuleCheck) -> str:
+    """The last line where it is predicted to load on no release checked: 'none' only where some answer is no."""
+    unknown = [p.runtime for p in check.predictions if p.outcome is Predicted.UNKNOWN]
+    symbols = f"its {len(check.imports.unstable)} unstable C++ symbol(s)"
+    if len(unknown) == len(check.predictions):
+        return f"[yellow]unknown on every release checked[/]: only a runtime's full exports can judge {symbols}"
+    if unknown:
+        return f"[red]predicted to load on none of the releases checked[/] (unknown on {', '.join(unknown)})"
+    return "[red]predicted to load on none of the releases checked[/]"

@@ -52,7 +52,7 @@ class ArtifactImports:
         readable = demangle(names)
         kinds: dict[SymbolKind, set[str]] = {k: set() for k in SymbolKind}
         for name in names:
-            kinds[classify(name, readable.get(name, name))].add(name)
+            kinds[classify(name)].add(name)
         return cls(
             stable=frozenset(kinds[SymbolKind.STABLE]),
             unstable={n: readable.get(n, n) for n in sorted(kinds[SymbolKind.UNSTABLE])},
