@@ -64,6 +64,7 @@ class SharedObject:
     version_needs: tuple[str, ...]  # GLIBC_2.32, GLIBCXX_3.4.26, ...
     qualified_strings: frozenset[str] = frozenset()  # '...ns::name' C strings of .rodata (read for artifacts only)
     dispatcher_calls: frozenset[tuple[str, str]] = frozenset()  # (op, overload) from calls' source text in .rodata
+    soname: str | None = None  # DT_SONAME: the name another object's DT_NEEDED finds it by
 
 
 def read_shared_object(stream: IO[bytes], name: str, strings: bool = False) -> SharedObject:
@@ -89,9 +90,12 @@ def read_shared_object(stream: IO[bytes], name: str, strings: bool = False) -> S
             ):
                 exports.add(symbol.name)
     needed: list[str] = []
+    sonames: list[str] = []
     dynamic = elf.get_section_by_name(".dynamic")
     if dynamic is not None:
-        needed = [tag.needed for tag in dynamic.iter_tags() if tag.entry.d_tag == "DT_NEEDED"]  # type: ignore[attr-defined]
+        tags = list(dynamic.iter_tags())  # type: ignore[attr-defined]
+        needed = [tag.needed for tag in tags if tag.entry.d_tag == "DT_NEEDED"]
+        sonames = [tag.soname for tag in tags if tag.entry.d_tag == "DT_SONAME"]
     versions: list[str] = []
     for section in elf.iter_sections():
         if isinstance(section, GNUVerNeedSection):
@@ -113,6 +117,7 @@ def read_shared_object(stream: IO[bytes], name: str, strings: bool = False) -> S
         tuple(sorted(set(versions))),
         frozenset(qualified),
         frozenset(calls),
+        sonames[0] if sonames else None,
     )
 
 
