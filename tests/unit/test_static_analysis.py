@@ -20,7 +20,7 @@ from torch_abi_harness.static.manifest import (
     parse_header,
 )
 from torch_abi_harness.static.predict import ArtifactImports, Predicted, findings, predict
-from torch_abi_harness.static.symbols import SymbolKind, classify, read_artifact, system_floor
+from torch_abi_harness.static.symbols import SymbolKind, classify, demangle, read_artifact, system_floor
 from torch_abi_harness.static.visibility import Visibility
 
 HEADER = """
@@ -175,21 +175,42 @@ def test_findings_when_outcome_and_prediction_disagree(manifest: Manifest) -> No
 
 
 @pytest.mark.parametrize(
-    ("name", "readable", "kind"),
+    ("name", "kind"),
     [
-        ("aoti_torch_abs", "aoti_torch_abs", SymbolKind.STABLE),
-        (
-            "_ZN3c106detail14torchCheckFailEPKcS2_jS2_",
-            "c10::detail::torchCheckFail(char const*, ...)",
-            SymbolKind.UNSTABLE,
-        ),
-        ("PyModule_Create2", "PyModule_Create2", SymbolKind.PYTHON),
-        ("_ZNSo6sentryC1ERSo", "std::ostream::sentry::sentry(std::ostream&)", SymbolKind.SYSTEM),
-        ("memcpy", "memcpy", SymbolKind.SYSTEM),
+        ("aoti_torch_abs", SymbolKind.STABLE),
+        ("torch_new_list_reserve_size", SymbolKind.STABLE),
+        ("_ZN3c106detail14torchCheckFailEPKcS2_jS2_", SymbolKind.UNSTABLE),  # c10::detail::torchCheckFail(...)
+        ("_ZN2at4_ops10add_Tensor4callERKNS_6TensorES4_RKN3c106ScalarE", SymbolKind.UNSTABLE),
+        ("_ZN3c1019UndefinedTensorImpl10_singletonE", SymbolKind.UNSTABLE),  # data
+        ("_ZN5torch11CppFunctionD1Ev", SymbolKind.UNSTABLE),  # a destructor
+        ("_ZNK3c1010TensorImpl15decref_pyobjectEv", SymbolKind.UNSTABLE),  # const
+        ("_ZNR5torch7Library5_implEPKcONS_11CppFunctionENS_17_RegisterOrVerifyE", SymbolKind.UNSTABLE),  # &
+        ("_ZNKR3c106IValue8toTensorEv", SymbolKind.UNSTABLE),  # const &
+        ("_ZN6caffe28TypeMeta13addTypeMetaEv", SymbolKind.UNSTABLE),
+        ("_ZN3c1013intrusive_ptrINS_10TensorImplENS_19UndefinedTensorImplEE6reset_Ev", SymbolKind.UNSTABLE),
+        ("_ZN2at6native16remove_padding_2IfEEvPKT_PS2_PKiS7_S7_ii", SymbolKind.UNSTABLE),  # void at::...<float>(...)
+        ("_ZZN2at6native3fooEvE5table", SymbolKind.UNSTABLE),  # at::native::foo()::table
+        ("PyModule_Create2", SymbolKind.PYTHON),
+        ("_ZNSo6sentryC1ERSo", SymbolKind.SYSTEM),  # std::ostream::sentry::sentry(std::ostream&)
+        ("_ZSt18__do_uninit_fill_nIPN3c106SymIntEmS1_ET_S3_T0_RKT1_", SymbolKind.SYSTEM),  # std::, returns c10::
+        ("_ZNKSt6vectorIN2at6TensorESaIS1_EE4sizeEv", SymbolKind.SYSTEM),  # std::vector<at::Tensor>::size()
+        ("_ZTVN3c1011StorageImplE", SymbolKind.SYSTEM),  # vtable for c10::StorageImpl, as before
+        ("_ZTIN3c1020intrusive_ptr_targetE", SymbolKind.SYSTEM),  # typeinfo for ..., as before
+        ("_Z3foov", SymbolKind.SYSTEM),
+        ("_ZN22atlas3fooEv", SymbolKind.SYSTEM),  # a namespace whose name begins with 'at'
+        ("_ZN3atx3fooEv", SymbolKind.SYSTEM),
+        ("memcpy", SymbolKind.SYSTEM),
     ],
 )
-def test_import_classification(name: str, readable: str, kind: SymbolKind) -> None:
-    assert classify(name, readable) is kind
+def test_import_classification_reads_the_mangled_name(name: str, kind: SymbolKind) -> None:
+    assert classify(name) is kind
+
+
+def test_demangling_is_in_process_and_only_for_display(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No c++filt is run: with no PATH at all the names still demangle (libstdc++'s __cxa_demangle)."""
+    monkeypatch.setenv("PATH", "")
+    names = demangle(["_ZN3c1010TensorType3getEv", "memcpy", "_Znot_mangled"])
+    assert names == {"_ZN3c1010TensorType3getEv": "c10::TensorType::get()", "_Znot_mangled": "_Znot_mangled"}
 
 
 def test_system_floor_takes_the_highest_version_per_family() -> None:

@@ -121,10 +121,14 @@ def print_needs(
         which = f"a torch of CUDA {', '.join(map(str, majors))}" if majors else "a CUDA build of torch"
         checked = f"checked against {variant}" if variant else "give --variant to check it"
         console.print(f"   needs {which}: {escape(', '.join(facts.cuda_libraries))} ({checked})")
+    if check.driver_libraries:
+        names = ", ".join(check.driver_libraries)
+        console.print(f"   needs the NVIDIA driver: {escape(names)} (present only on a GPU machine)", soft_wrap=True)
     for name in check.host_libraries:
         usual = host_libraries.usual_package(name) or "no package known here"
         console.print(
-            f"   needs from the host system: {escape(name)} ({escape(usual)}): neither torch nor CUDA provides it",
+            f"   needs from the host system: {escape(name)} ({escape(usual)}): neither torch, CUDA nor its wheel "
+            "provides it; a runtime whose system lacks it cannot load it",
             soft_wrap=True,
         )
     if facts.tags:
@@ -156,4 +160,21 @@ def print_predictions(check: ModuleCheck) -> None:
     if check.loads_from:
         console.print(f"predicted to load on {check.loads_from} and every newer release checked")
     elif not check.loads:
-        console.print("[red]predicted to load on none of the releases checked[/]")
+        console.print(nowhere(check))
+
+
+def nowhere(check: ModuleCheck) -> str:
+    """The last line where it is predicted to load on no release checked: 'none' only where some answer is no."""
+    unknown = [p.runtime for p in check.predictions if p.outcome is Predicted.UNKNOWN]
+    symbols = f"its {len(check.imports.unstable)} unstable C++ symbol(s)"
+    given = check.loads_from_where(given_host=True)
+    if given:
+        return (
+            f"[yellow]predicted to load on none of the releases checked without its host libraries[/] "
+            f"({', '.join(check.host_libraries)}); with them, on {given} and every newer release checked"
+        )
+    if len(unknown) == len(check.predictions):
+        return f"[yellow]unknown on every release checked[/]: only a runtime's full exports can judge {symbols}"
+    if unknown:
+        return f"[red]predicted to load on none of the releases checked[/] (unknown on {', '.join(unknown)})"
+    return "[red]predicted to load on none of the releases checked[/]"

@@ -40,31 +40,41 @@ class ModuleCheck:
     predictions: tuple[Prediction, ...]  # one per release checked, oldest first
     limited_api: LimitedApiAudit | None = None  # an abi3 wheel's Python C API against its floor's limited API
     python_tag: str | None = None  # what its file name says of the CPython that imports it (limited_api.py)
+    bundled: frozenset[str] = frozenset()  # the file names and sonames of every shared object its wheel holds
+
+    def loads_where(self, *, given_host: bool = False) -> list[str]:
+        """The releases checked where it is predicted to load; given_host: were its host libraries installed."""
+        return [p.runtime for p in self.predictions if predicted_to_load(p, given_host=given_host)]
 
     @property
     def loads(self) -> list[str]:
-        return [p.runtime for p in self.predictions if p.outcome is Predicted.LOADS]
+        return self.loads_where()
 
     @property
     def loads_from(self) -> str | None:
         """The oldest release checked from which it loads on every newer one checked."""
+        return self.loads_from_where()
+
+    def loads_from_where(self, *, given_host: bool = False) -> str | None:
+        """loads_from; given_host: were its host libraries installed."""
+        where = set(self.loads_where(given_host=given_host))
         return next(
             (
                 p.runtime
                 for p in self.predictions
-                if all(
-                    q.outcome is Predicted.LOADS for q in self.predictions if Version(q.runtime) >= Version(p.runtime)
-                )
+                if all(q.runtime in where for q in self.predictions if Version(q.runtime) >= Version(p.runtime))
             ),
             None,
         )
 
     @property
     def failing(self) -> bool:
-        """A predicted load failure, a call predicted to fail, or a Python symbol outside the floor's limited API."""
-        return any(p.outcome is Predicted.LOAD_FAILED or p.failing_ops for p in self.predictions) or bool(
-            self.limited_api and self.limited_api.outside
-        )
+        """A predicted load failure for torch's sake (not for want of a host library), a call predicted to fail, or a
+        Python symbol outside the floor's limited API."""
+        return any(
+            (p.outcome is Predicted.LOAD_FAILED and not predicted_to_load(p, given_host=True)) or p.failing_ops
+            for p in self.predictions
+        ) or bool(self.limited_api and self.limited_api.outside)
 
     @property
     def unseen_calls(self) -> bool:
@@ -83,8 +93,20 @@ class ModuleCheck:
 
     @property
     def host_libraries(self) -> tuple[str, ...]:
-        """What it needs that neither torch nor CUDA provides: the runtime's system must (class host-library)."""
-        return tuple(name for name in self.facts.needed if host_libraries.is_host_library(name))
+        """What it needs that neither torch, CUDA nor its own wheel provides: the runtime's system must (class
+        host-library). The NVIDIA driver's libraries are driver_libraries."""
+        return tuple(
+            name
+            for name in self.facts.needed
+            if host_libraries.is_host_library(name)
+            and not host_libraries.is_driver_library(name)
+            and name not in self.bundled
+        )
+
+    @property
+    def driver_libraries(self) -> tuple[str, ...]:
+        """What it needs of the NVIDIA driver (libcuda.so.1, libnvidia-*): present only on a GPU machine."""
+        return tuple(name for name in self.facts.needed if host_libraries.is_driver_library(name))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -94,10 +116,42 @@ class ModuleCheck:
             "host_libraries": [
                 {"name": name, "usual_package": host_libraries.usual_package(name)} for name in self.host_libraries
             ],
+            "driver_libraries": list(self.driver_libraries),
             "limited_api": self.limited_api.to_json() if self.limited_api else None,
             "predictions": [{"runtime": p.runtime, **p.to_json()} for p in self.predictions],
             "loads_from": self.loads_from,
+            "loads_from_given_host": self.loads_from_where(given_host=True),
         }
+
+
+def predicted_to_load(prediction: Prediction, *, given_host: bool = False) -> bool:
+    """Predicted to load; given_host: or kept from it only by host libraries that the runtime's system lacks."""
+    if prediction.outcome is Predicted.LOADS:
+        return True
+    return (
+        given_host
+        and prediction.outcome is Predicted.LOAD_FAILED
+        and not prediction.missing
+        and all(u.condition is Condition.HOST_LIBRARY for u in prediction.unmet)
+    )
+
+
+def host_unmet(names: Sequence[str]) -> list[Unmet]:
+    """Host libraries as what a runtime lacks: a bare runtime's system has none of them, and cannot load the module."""
+    if not names:
+        return []
+    return [Unmet(Condition.HOST_LIBRARY, f"needs from the host system {described(names)}")]
+
+
+def described(names: Sequence[str]) -> str:
+    """'FFmpeg (libavcodec.so.61, libavutil.so.59)' and, for a library no project is known for, its name."""
+    by_project: dict[str, list[str]] = {}
+    for name in names:
+        by_project.setdefault(host_libraries.project_of(name) or name, []).append(name)
+    return ", ".join(
+        project if names_of == [project] else f"{project} ({', '.join(sorted(names_of))})"
+        for project, names_of in sorted(by_project.items())
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,20 +167,37 @@ class ArtifactCheck:
     def failing(self) -> bool:
         return self.whole.failing or any(m.failing for m in self.modules)
 
-    def loading(self, runtime: str) -> list[str]:
-        """The modules predicted to load on a release checked."""
+    def loading(self, runtime: str, *, given_host: bool = False) -> list[str]:
+        """The modules predicted to load on a release checked; given_host: were their host libraries installed."""
         return [
-            m.name for m in self.modules for p in m.predictions if p.runtime == runtime and p.outcome is Predicted.LOADS
+            m.name
+            for m in self.modules
+            for p in m.predictions
+            if p.runtime == runtime and predicted_to_load(p, given_host=given_host)
         ]
 
     @property
+    def host_libraries(self) -> tuple[str, ...]:
+        """Every host library a module needs, once."""
+        return tuple(sorted({name for m in self.modules for name in m.host_libraries}))
+
+    @property
     def summary(self) -> str:
-        """Which modules load where, newest releases first: '2 of 2 modules on 2.11.0+, 1 of 2 on 2.10.0 (...)'."""
+        """Which modules load where, newest releases first: '2 of 2 modules on 2.11.0+, 1 of 2 on 2.10.0 (...)';
+        where modules need host libraries, without them, then with them: '3 of 15 ... without FFmpeg (...); with
+        it, ...'."""
+        if not self.host_libraries:
+            return self.grouped()
+        it = "it" if len({host_libraries.project_of(n) or n for n in self.host_libraries}) == 1 else "them"
+        return f"{self.grouped()} without {described(self.host_libraries)}; with {it}, {self.grouped(given_host=True)}"
+
+    def grouped(self, *, given_host: bool = False) -> str:
+        """Which modules load where, consecutive releases that load the same modules together, newest first."""
         total = len(self.modules)
         runtimes = [p.runtime for p in reversed(self.whole.predictions)]
         groups: list[tuple[list[str], list[str]]] = []  # (releases newest first, modules loading), consecutive
         for runtime in runtimes:
-            loading = self.loading(runtime)
+            loading = self.loading(runtime, given_host=given_host)
             if groups and groups[-1][1] == loading:
                 groups[-1][0].append(runtime)
             else:
@@ -147,6 +218,7 @@ class ArtifactCheck:
         whole = self.whole.to_json()
         for prediction in whole["predictions"]:
             prediction["modules_loading"] = self.loading(prediction["runtime"])
+            prediction["modules_loading_given_host"] = self.loading(prediction["runtime"], given_host=True)
         return {
             "schema_version": CHECK_JSON_VERSION,
             "artifact": str(self.artifact),
@@ -203,9 +275,12 @@ def check_artifact(
     facts = ArtifactFacts.of(artifact, objects)
     floor = abi3_floor(facts.tags)
 
+    bundled = frozenset({PurePosixPath(o.name).name for o in objects} | {o.soname for o in objects if o.soname})
+
     def check(name: str, members: list[SharedObject], python_tag: str | None) -> ModuleCheck:
-        imports = ArtifactImports.of(members)
+        imports = ArtifactImports.of(members, siblings=objects)
         own = ArtifactFacts(tuple(sorted({n for o in members for n in o.needed})), facts.tags)
+        hosts = ModuleCheck(name, imports, own, (), bundled=bundled).host_libraries
         predictions = tuple(
             predict(
                 imports,
@@ -213,13 +288,13 @@ def check_artifact(
                 manifest.exported_by(r),
                 manifest,
                 full_exports=False,
-                unmet=runtime_lacks(own, r, variant, python),
+                unmet=[*runtime_lacks(own, r, variant, python), *host_unmet(hosts)],
                 ops=fits(imports.calls, schemas, r, recorded),
             )
             for r in releases
         )
         audit = LimitedApiAudit.of(imports.python, floor, packaged_limited_api()) if floor else None
-        return ModuleCheck(name, imports, own, predictions, audit, python_tag)
+        return ModuleCheck(name, imports, own, predictions, audit, python_tag, bundled)
 
     members = extension_modules(objects) or objects  # a library bundled beside the modules is not one of them
     modules = tuple(check(o.name, [o], module_python(o.name)) for o in members)

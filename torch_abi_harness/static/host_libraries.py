@@ -22,6 +22,8 @@ PROVIDED = re.compile(
     r"|lib(c|m|dl|rt|pthread|util|resolv|stdc\+\+|gcc_s|atomic)\.so(\.\d+)*"
     r"|ld-linux[\w.-]*\.so(\.\d+)*|libpython3[\w.]*\.so(\.\d+)*)$"
 )
+# The NVIDIA driver's own libraries: installed with the driver, on a GPU machine only (never by torch or CUDA's wheels).
+DRIVER_LIBRARY = re.compile(r"^lib(cuda|nvidia-[\w.-]+?)\.so(\.\d+)*$")
 # The error a loader gives for a library it cannot find: "libavutil.so.59: cannot open shared object file".
 CANNOT_OPEN = re.compile(r"([\w.+-]+\.so[.\d]*): cannot open shared object file")
 
@@ -45,6 +47,16 @@ def usual_package(soname: str) -> str | None:
         if fnmatch.fnmatchcase(soname, pattern):
             return f"{project} (Debian: {debian})"
     return None
+
+
+def is_driver_library(soname: str) -> bool:
+    """Whether a DT_NEEDED entry is the NVIDIA driver's (libcuda.so.1, libnvidia-ml.so.1): a CPU machine lacks it."""
+    return bool(DRIVER_LIBRARY.match(soname))
+
+
+def project_of(soname: str) -> str | None:
+    """The project that makes the library ('FFmpeg' for libavutil.so.59); None when it is not listed."""
+    return next((project for pattern, project, _ in _table() if fnmatch.fnmatchcase(soname, pattern)), None)
 
 
 def missing_host_library(error: str) -> str | None:

@@ -47,12 +47,15 @@ class ArtifactImports:
     calls: tuple[OpCall, ...] = ()  # the dispatcher ops it calls by name or through generated shims
 
     @classmethod
-    def of(cls, objects: Sequence[SharedObject]) -> ArtifactImports:
-        names = {n for o in objects for n in o.imports}
+    def of(cls, objects: Sequence[SharedObject], siblings: Sequence[SharedObject] = ()) -> ArtifactImports:
+        """objects: the shared objects judged; siblings: the other shared objects of the same wheel. What one of
+        them exports resolves there (a wheel's modules calling each other), never against torch's exports."""
+        own = {n for o in (*objects, *siblings) for n in o.exports}
+        names = {n for o in objects for n in o.imports} - own
         readable = demangle(names)
         kinds: dict[SymbolKind, set[str]] = {k: set() for k in SymbolKind}
         for name in names:
-            kinds[classify(name, readable.get(name, name))].add(name)
+            kinds[classify(name)].add(name)
         return cls(
             stable=frozenset(kinds[SymbolKind.STABLE]),
             unstable={n: readable.get(n, n) for n in sorted(kinds[SymbolKind.UNSTABLE])},

@@ -7,19 +7,21 @@ shared objects are read from the zip without unpacking).
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import dataclasses
 import enum
+import functools
 import io
 import json
+import logging
 import os
 import re
-import shutil
-import subprocess
 import threading
 import zipfile
 from collections.abc import Iterable
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
@@ -27,8 +29,12 @@ from elftools.elf.gnuversions import GNUVerNeedSection
 
 from torch_abi_harness.core.errors import BadInputError
 
+log = logging.getLogger(__name__)
+
 STABLE_C_NAME = re.compile(r"^(aoti_torch_|torch_)\w+$")
-TORCH_NAMESPACES = ("at::", "c10::", "torch::", "caffe2::")
+TORCH_NAMESPACE_NAMES = frozenset({"at", "c10", "torch", "caffe2"})
+# A nested name after its N: CV-qualifiers (r V K), a ref-qualifier (R O), then its first component's source name.
+NESTED_FIRST = re.compile(r"^N[rVK]*[RO]?(?P<length>[1-9][0-9]*)(?P<name>[A-Za-z_][A-Za-z0-9_$.]*)")
 SYSTEM_VERSION = re.compile(r"^(GLIBC|GLIBCXX|CXXABI|GCC)_([0-9.]+)$")
 # A C string of read-only data that ends in a qualified name: 'aten::narrow', the op name a call passes
 # (its overload is another string). Short strings may follow other data with no NUL between: the
@@ -58,6 +64,7 @@ class SharedObject:
     version_needs: tuple[str, ...]  # GLIBC_2.32, GLIBCXX_3.4.26, ...
     qualified_strings: frozenset[str] = frozenset()  # '...ns::name' C strings of .rodata (read for artifacts only)
     dispatcher_calls: frozenset[tuple[str, str]] = frozenset()  # (op, overload) from calls' source text in .rodata
+    soname: str | None = None  # DT_SONAME: the name another object's DT_NEEDED finds it by
 
 
 def read_shared_object(stream: IO[bytes], name: str, *, strings: bool = False) -> SharedObject:
@@ -83,9 +90,12 @@ def read_shared_object(stream: IO[bytes], name: str, *, strings: bool = False) -
             ):
                 exports.add(symbol.name)
     needed: list[str] = []
+    sonames: list[str] = []
     dynamic = elf.get_section_by_name(".dynamic")
     if dynamic is not None:
-        needed = [tag.needed for tag in dynamic.iter_tags() if tag.entry.d_tag == "DT_NEEDED"]  # type: ignore[attr-defined]
+        tags = list(dynamic.iter_tags())  # type: ignore[attr-defined]
+        needed = [tag.needed for tag in tags if tag.entry.d_tag == "DT_NEEDED"]
+        sonames = [tag.soname for tag in tags if tag.entry.d_tag == "DT_SONAME"]
     versions: list[str] = []
     for section in elf.iter_sections():
         if isinstance(section, GNUVerNeedSection):
@@ -107,6 +117,7 @@ def read_shared_object(stream: IO[bytes], name: str, *, strings: bool = False) -
         tuple(sorted(set(versions))),
         frozenset(qualified),
         frozenset(calls),
+        sonames[0] if sonames else None,
     )
 
 
@@ -152,21 +163,71 @@ def library_exports(torch_lib: Path, cache: Path | None = None) -> frozenset[str
     return frozenset(exports)
 
 
+@functools.cache
+def _cxa_demangle() -> Any | None:
+    """libstdc++'s ``abi::__cxa_demangle`` through ctypes (libiberty's demangler, which c++filt uses too), or None
+    where no libstdc++ can be loaded: then names stay mangled, and only their display is the poorer."""
+    for candidate in ("libstdc++.so.6", ctypes.util.find_library("stdc++")):
+        if not candidate:
+            continue
+        try:
+            function = ctypes.CDLL(candidate).__cxa_demangle
+        except (OSError, AttributeError):
+            continue
+        function.restype = ctypes.c_void_p  # a malloc'ed string: read, then freed
+        function.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+        return function
+    log.info("no libstdc++ to demangle C++ names with: they are shown mangled")
+    return None
+
+
+@functools.cache
+def _free() -> Any:
+    return ctypes.CDLL(None).free  # the C library's: __cxa_demangle's buffer comes from its malloc
+
+
+def _demangled(function: Any, name: str) -> str:
+    status = ctypes.c_int(-1)
+    pointer = function(name.encode(), None, None, ctypes.byref(status))
+    if not pointer:
+        return name
+    try:
+        return ctypes.string_at(pointer).decode("utf-8", "replace") if status.value == 0 else name
+    finally:
+        _free()(ctypes.c_void_p(pointer))
+
+
 def demangle(names: Iterable[str]) -> dict[str, str]:
-    """Mangled C++ names -> readable ones, through c++filt when it is installed."""
+    """Mangled C++ names -> readable ones, in-process (libstdc++'s demangler); mangled where none can be loaded.
+    For display only: what a symbol is (classify) is read from its mangled form."""
     mangled = sorted({n for n in names if n.startswith("_Z")})
-    tool = shutil.which("c++filt")
-    if not mangled or tool is None:
+    function = _cxa_demangle() if mangled else None
+    if function is None:
         return {n: n for n in mangled}
-    out = subprocess.run([tool], input="\n".join(mangled), capture_output=True, text=True, check=False).stdout
-    readable = out.splitlines()
-    return dict(zip(mangled, readable, strict=False)) if len(readable) == len(mangled) else {n: n for n in mangled}
+    return {n: _demangled(function, n) for n in mangled}
 
 
-def classify(name: str, readable: str) -> SymbolKind:
+def outer_name(name: str) -> str | None:
+    """The outermost name of a qualified C++ entity, from its mangled form: 'at' for _ZN2at6Tensor..., _ZNK3c10...
+    (const), _ZNR5torch... (ref-qualified), and a local entity _ZZN2at...E... (of the function it is local to).
+    None for an unqualified name (_Z3foov), std (_ZNSt..., _ZSt...) and special names (_ZTV vtable, _ZTI
+    typeinfo, _ZGV guard variable, _ZTh thunk), whose demangled text begins with words, as before."""
+    if not name.startswith("_Z"):
+        return None
+    rest = name[2:].lstrip("Z")  # a local entity: the function it is local to is named first
+    match = NESTED_FIRST.match(rest)
+    if match is None or len(match["name"]) < int(match["length"]):
+        return None
+    return match["name"][: int(match["length"])]
+
+
+def classify(name: str) -> SymbolKind:
+    """What an imported symbol is, from its name alone, so the same everywhere (no tool on PATH decides it). A C++
+    name is unstable when its outermost name is one of torch's namespaces: the namespace its demangled text begins
+    with, for a template function too (whose text begins with what it returns)."""
     if STABLE_C_NAME.match(name):
         return SymbolKind.STABLE
-    if name.startswith("_Z") and readable.lstrip().startswith(TORCH_NAMESPACES):
+    if outer_name(name) in TORCH_NAMESPACE_NAMES:
         return SymbolKind.UNSTABLE
     if name.startswith(("Py", "_Py")):
         return SymbolKind.PYTHON
