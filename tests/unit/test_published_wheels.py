@@ -11,7 +11,7 @@ import pytest
 from packaging.tags import platform_tags
 from packaging.version import Version
 
-from torch_abi_harness.builds.published import torch_requirement, with_published
+from torch_abi_harness.builds.published import with_published
 from torch_abi_harness.config.matrix import load_matrix
 from torch_abi_harness.core.errors import ConfigError, InfrastructureError, ResolutionError
 from torch_abi_harness.core.status import Condition, Status
@@ -23,6 +23,7 @@ from torch_abi_harness.results.model import CellResult, RunResult
 from torch_abi_harness.run.cells import host_library_promise
 from torch_abi_harness.run.collect import CellOutcome, ProbeRecord
 from torch_abi_harness.static import host_libraries
+from torch_abi_harness.static.build_torch import torch_requirement
 from torch_abi_harness.static.prebuilt import ordered_tags
 from torch_abi_harness.verdict import Expected, Verdict
 
