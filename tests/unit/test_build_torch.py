@@ -6,7 +6,6 @@ tiny real ELF (cc, as tests/unit/test_check_modules.py makes them) where the art
 
 import dataclasses
 import json
-import subprocess
 import zipfile
 from pathlib import Path
 
@@ -15,17 +14,19 @@ import pytest
 from packaging.tags import platform_tags
 from packaging.version import Version
 
+from tests.unit.test_prebuilt import shared_object
+from tests.unit.test_published_wheels import cell, census_run
 from torch_abi_harness.builds.derived import DERIVED_SUITE_MANIFEST, NO_REFERENCE, write_manifest
 from torch_abi_harness.builds.published import with_published
 from torch_abi_harness.cli import main
 from torch_abi_harness.config import Matrix
 from torch_abi_harness.config.matrix import load_matrix
 from torch_abi_harness.core.schema import load_schema
-from torch_abi_harness.core.status import CONDITION_MEANING, Condition, Status
-from torch_abi_harness.plan import Cell, PlanIdentity, make_plan
+from torch_abi_harness.core.status import CONDITION_MEANING, Condition
+from torch_abi_harness.plan import Cell, make_plan
 from torch_abi_harness.results.cases import ModuleLoad, PublishedBuild
 from torch_abi_harness.results.census import census, document
-from torch_abi_harness.results.model import CellResult, RunResult
+from torch_abi_harness.results.model import RunResult
 from torch_abi_harness.static.build_torch import BuildTorch, declared_beyond, from_local_label, read_build_torch
 from torch_abi_harness.static.predict import MissingSymbol, Predicted, Prediction, SymbolKind
 from torch_abi_harness.verdict import Expected, Verdict, promise
@@ -46,19 +47,6 @@ def zip_wheel(path: Path, files: dict[str, str | bytes], meta: str) -> Path:
             archive.writestr(name, data)
         archive.writestr("x-1.0.dist-info/METADATA", meta)
     return path
-
-
-def shared_object(folder: Path, calls: list[str]) -> bytes:
-    """A real .so importing each of `calls` (undefined: the loader must find them), a CPython module named _C."""
-    source = folder / "m.c"
-    source.write_text(
-        "".join(f"extern int {c}(void);\n" for c in calls)
-        + "int use(void) { return 0"
-        + "".join(f" + {c}()" for c in calls)
-        + "; }\nint PyInit__C(void) { return 0; }\n"
-    )
-    subprocess.run(["cc", "-shared", "-fPIC", "-o", folder / "m.so", source], check=True)
-    return (folder / "m.so").read_bytes()
 
 
 @pytest.mark.parametrize(
@@ -135,7 +123,7 @@ def published(tmp_path: Path) -> Matrix:
     links, empty, work = tmp_path / "links", tmp_path / "index", tmp_path / "work"
     for folder in (links, empty, work):
         folder.mkdir()
-    stable = shared_object(work, [FROM_2_13])
+    stable = shared_object(work, [FROM_2_13], ("PyInit__C",))  # a CPython module named _C
     unstable = shared_object(work, [FROM_2_10, UNSTABLE])
     zip_wheel(links / f"st-1.0-cp310-abi3-{PLATFORM}.whl", {"st/_C.abi3.so": stable}, metadata("1.0", "torch>=2.9"))
     read = {"cl/_C.abi3.so": unstable, "cl/_version.py": "__version__ = '1.0+torch2.14.1'\n"}
@@ -181,8 +169,8 @@ def test_an_unstable_wheel_is_promised_its_read_build_torch_and_nothing_where_no
     assert (promise(read["2.14.1"]).expected, promise(read["2.10.0"]).expected) == (Expected.PASS, Expected.NONE)
     assert promise(read["2.10.0"]).condition is Condition.UNSTABLE
     unknown = cells_of(published, "un")
-    for cell in unknown.values():  # the release its env was made of included: no release is known to be its own
-        assert (promise(cell).expected, promise(cell).condition) == (Expected.NONE, Condition.UNKNOWN_BUILD)
+    for one in unknown.values():  # the release its env was made of included: no release is known to be its own
+        assert (promise(one).expected, promise(one).condition) == (Expected.NONE, Condition.UNKNOWN_BUILD)
     assert "name no build torch" in CONDITION_MEANING[Condition.UNKNOWN_BUILD]
 
 
@@ -210,46 +198,24 @@ def test_check_says_the_build_torch_and_the_range_it_cannot_load_on(
     assert data["declared_beyond"] == "declares torch>=2.9, loads from 2.13.0"
 
 
-def census_cell(runtime: str, verdict: Verdict, modules: tuple[ModuleLoad, ...], **extra: object) -> CellResult:
-    return CellResult(
-        id=f"st-1.0@b2.13.0-t2.13~r{runtime}-cpu",
-        build_id="st-1.0@b2.13.0-t2.13",
-        runtime_id=f"r{runtime}-cpu",
-        extension="st-1.0",
-        build_torch="2.13.0",
-        build_variant="auto",
-        target="2.13",
-        runtime_torch=f"{runtime}+cpu",
-        runtime_variant="cpu",
-        backend="venv",
-        device="cpu",
-        status=Status.PASS if verdict is Verdict.KEPT else Status.LOAD_FAILED,
-        reason="",
-        expected=Expected.PASS,
-        expected_why="",
-        verdict=verdict,
-        runtime_python="3.11",
-        modules=modules,
-        **extra,  # type: ignore[arg-type]
-    )
-
-
 def test_the_census_and_results_say_how_the_build_torch_was_learnt() -> None:
+    module = "torchao/_C.abi3.so"
     cells = (
-        census_cell(
+        cell(
             "2.10.0",
+            "2.10.0+cpu",
             Verdict.EXPECTED_FAILURE,
-            (ModuleLoad("st/_C.abi3.so", "OSError: undefined symbol: x", "x"),),
+            (ModuleLoad(module, "OSError: undefined symbol: x", "x"),),
             expected_class=Condition.TORCH_ABI,
         ),
-        census_cell("2.14.1", Verdict.KEPT, (ModuleLoad("st/_C.abi3.so", None, registered=2, compared=False),)),
-        census_cell("2.15.0", Verdict.EXPECTED_FAILURE, (), expected_class=Condition.UNKNOWN_BUILD),
+        cell("2.14.1", "2.14.1+cpu", Verdict.KEPT, (ModuleLoad(module, None, registered=2, compared=False),)),
+        cell("2.15.0", "2.15.0+cpu", Verdict.EXPECTED_FAILURE, (), expected_class=Condition.UNKNOWN_BUILD),
     )
     published = PublishedBuild(
-        "st-1.0@b2.13.0-t2.13",
-        "st==1.0",
-        "st.whl",
-        "https://x/st.whl",
+        cells[0].build_id,
+        "torchao==0.18.0",
+        "t.whl",
+        "https://x/t.whl",
         "a" * 64,
         "torch>=2.9",
         "unknown: ...",
@@ -258,23 +224,10 @@ def test_the_census_and_results_say_how_the_build_torch_was_learnt() -> None:
         build_torch_how="unknown",
         declared_beyond="declares torch>=2.9, loads from 2.13.0",
     )
-    run = RunResult(
-        "r",
-        "2026-11-26T00:00:00",
-        "2026-11-26T01:00:00",
-        "0",
-        "census.yaml",
-        "venv",
-        (),
-        cells,
-        (published.build,),
-        tuple(c.runtime_id for c in cells),
-        published=(published,),
-        plan=PlanIdentity("census.yaml", tuple(c.id for c in cells)),
-    )
+    run = census_run(cells, published)
     (package,) = census(run)
     assert package.line() == (
-        "st 1.0: its module loads on torch 2.14.1 (its build torch is unknown: operators not compared); "
+        "torchao 0.18.0: its module loads on torch 2.14.1 (its build torch is unknown: operators not compared); "
         "none on 2.10.0, 2.15.0 (torch-abi; unknown-build)"
     )
     assert package.table()[3] == "| 2.14.1+cpu, py3.11 | kept | ✅ 2 op(s), not compared |"

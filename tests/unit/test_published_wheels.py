@@ -15,6 +15,7 @@ from torch_abi_harness.builds.published import with_published
 from torch_abi_harness.config.matrix import load_matrix
 from torch_abi_harness.core.errors import ConfigError, InfrastructureError, ResolutionError
 from torch_abi_harness.core.status import Condition, Status
+from torch_abi_harness.plan import PlanIdentity
 from torch_abi_harness.provision.published import resolve
 from torch_abi_harness.provision.sources import ResolvedSources
 from torch_abi_harness.results.cases import CaseCounts, ModuleLoad, PublishedBuild, module_loads
@@ -268,6 +269,24 @@ def cell(runtime: str, torch: str, verdict: Verdict, modules: tuple[ModuleLoad, 
     )
 
 
+def census_run(cells: tuple[CellResult, ...], published: PublishedBuild) -> RunResult:
+    """A census run of one published build's cells, as results.json holds it."""
+    return RunResult(
+        "r",
+        "2026-11-26T00:00:00",
+        "2026-11-26T01:00:00",
+        "0",
+        "census.yaml",
+        "venv",
+        (),
+        cells,
+        (published.build,),
+        tuple(c.runtime_id for c in cells),
+        published=(published,),
+        plan=PlanIdentity("census.yaml", tuple(c.id for c in cells)),
+    )
+
+
 def test_the_census_says_per_package_which_modules_are_proven_where() -> None:
     a, b = "torchao/_C_cutlass_90a.abi3.so", "torchao/_C_mxfp8.so"
     cells = (
@@ -308,19 +327,7 @@ def test_the_census_says_per_package_which_modules_are_proven_where() -> None:
     published = PublishedBuild(
         "torchao-0.18.0@b2.11.0-t2.11", "torchao==0.18.0", "t.whl", "https://x/t.whl", "a" * 64, None, "b", "t"
     )
-    run = RunResult(
-        "r",
-        "2026-11-26T00:00:00",
-        "2026-11-26T01:00:00",
-        "0",
-        "census.yaml",
-        "venv",
-        (),
-        cells,
-        (cells[0].build_id,),
-        tuple(c.runtime_id for c in cells),
-        published=(published,),
-    )
+    run = census_run(cells, published)
     (package,) = census(run)
     assert package.modules == ("_C_cutlass_90a.abi3.so", "_C_mxfp8.so")
     assert package.line() == (
