@@ -54,13 +54,18 @@ def promise(
     prepared, first what the artifact needs besides torch's symbols: the wheel's Python ABI and the
     CUDA major its libraries name; a load failure is expected where the runtime lacks one. `built_for`:
     the level the build was really compiled for (its compiler's -DTORCH_TARGET_VERSION, its imports),
-    where that differs from the matrix's target: the binary is promised what it is, not what was asked."""
+    where that differs from the matrix's target: the binary is promised what it is, not what was asked.
+    A published wheel whose build torch is unknown (its metadata and files name none) is promised by T alone
+    when stable, and nothing (class unknown-build) when not: B is never guessed."""
     build, run = cell.build, cell.runtime
     if artifact is not None and runtime is not None:
         for problem in unmet(artifact, runtime, any_cuda_major=build.cuda is CudaPolicy.ANY)[:1]:
             return Promise(Expected.LOAD_FAILED, problem.why, problem.condition)
     target = built_for or build.effective_target
     b_level, r_level = ApiLevel.of(build.torch), ApiLevel.of(run.torch)
+    published = build.extension.published
+    if published is not None and not published.build_torch_known:
+        return _unknown_build(target, r_level, stable=build.extension.stable)
     if not build.extension.stable:
         if build.torch == run.torch:
             return Promise(Expected.PASS, "unstable C++ API, run on the torch it was built with", Condition.UNSTABLE)
@@ -80,6 +85,26 @@ def promise(
             Condition.CONTROL,
         )
     return Promise(Expected.PASS, f"target {target} <= min(build {b_level}, runtime {r_level})", Condition.TORCH_ABI)
+
+
+def _unknown_build(target: ApiLevel, r_level: ApiLevel, *, stable: bool) -> Promise:
+    """A published wheel whose build torch B is unknown: off the stable ABI, nothing is promised (no release is
+    known to be its own); on it, T alone decides: T <= R passes, T > R fails to load."""
+    if not stable:
+        return Promise(
+            Expected.NONE,
+            "unstable C++ API and no build torch named by its metadata or files: nothing is promised",
+            Condition.UNKNOWN_BUILD,
+        )
+    if target > r_level:
+        return Promise(
+            Expected.LOAD_FAILED, f"target {target} is newer than the runtime torch {r_level}", Condition.TORCH_ABI
+        )
+    return Promise(
+        Expected.PASS,
+        f"target {target} <= runtime {r_level} (its build torch is unknown: T alone)",
+        Condition.TORCH_ABI,
+    )
 
 
 def build_promise(build: Build, built_for: ApiLevel | None = None) -> Promise:

@@ -31,14 +31,15 @@ def write_wheel(path: Path, members: dict[str, bytes]) -> Path:
     return path
 
 
-def shared_object(tmp_path: Path, imports: list[str]) -> bytes:
-    """A real ELF shared object that imports the given C functions (cc, no torch)."""
+def shared_object(tmp_path: Path, imports: list[str], exports: tuple[str, ...] = ()) -> bytes:
+    """A real ELF shared object that imports the given C functions and defines the exported ones (cc, no torch)."""
     source = tmp_path / "probe.c"
     source.write_text(
         "".join(f"extern int {name}(void);\n" for name in imports)
         + "int entry(void) { return 0"
         + "".join(f" + {name}()" for name in imports)
         + "; }\n"
+        + "".join(f"int {name}(void) {{ return 0; }}\n" for name in exports)
     )
     library = tmp_path / "probe.so"
     subprocess.run(["cc", "-shared", "-fPIC", "-o", library, source], check=True)

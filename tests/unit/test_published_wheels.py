@@ -11,10 +11,11 @@ import pytest
 from packaging.tags import platform_tags
 from packaging.version import Version
 
-from torch_abi_harness.builds.published import torch_requirement, with_published
+from torch_abi_harness.builds.published import with_published
 from torch_abi_harness.config.matrix import load_matrix
 from torch_abi_harness.core.errors import ConfigError, InfrastructureError, ResolutionError
 from torch_abi_harness.core.status import Condition, Status
+from torch_abi_harness.plan import PlanIdentity
 from torch_abi_harness.provision.published import resolve
 from torch_abi_harness.provision.sources import ResolvedSources
 from torch_abi_harness.results.cases import CaseCounts, ModuleLoad, PublishedBuild, module_loads
@@ -23,6 +24,7 @@ from torch_abi_harness.results.model import CellResult, RunResult
 from torch_abi_harness.run.cells import host_library_promise
 from torch_abi_harness.run.collect import CellOutcome, ProbeRecord
 from torch_abi_harness.static import host_libraries
+from torch_abi_harness.static.build_torch import torch_requirement
 from torch_abi_harness.static.prebuilt import ordered_tags
 from torch_abi_harness.verdict import Expected, Verdict
 
@@ -267,6 +269,24 @@ def cell(runtime: str, torch: str, verdict: Verdict, modules: tuple[ModuleLoad, 
     )
 
 
+def census_run(cells: tuple[CellResult, ...], published: PublishedBuild) -> RunResult:
+    """A census run of one published build's cells, as results.json holds it."""
+    return RunResult(
+        "r",
+        "2026-11-26T00:00:00",
+        "2026-11-26T01:00:00",
+        "0",
+        "census.yaml",
+        "venv",
+        (),
+        cells,
+        (published.build,),
+        tuple(c.runtime_id for c in cells),
+        published=(published,),
+        plan=PlanIdentity("census.yaml", tuple(c.id for c in cells)),
+    )
+
+
 def test_the_census_says_per_package_which_modules_are_proven_where() -> None:
     a, b = "torchao/_C_cutlass_90a.abi3.so", "torchao/_C_mxfp8.so"
     cells = (
@@ -307,19 +327,7 @@ def test_the_census_says_per_package_which_modules_are_proven_where() -> None:
     published = PublishedBuild(
         "torchao-0.18.0@b2.11.0-t2.11", "torchao==0.18.0", "t.whl", "https://x/t.whl", "a" * 64, None, "b", "t"
     )
-    run = RunResult(
-        "r",
-        "2026-11-26T00:00:00",
-        "2026-11-26T01:00:00",
-        "0",
-        "census.yaml",
-        "venv",
-        (),
-        cells,
-        (cells[0].build_id,),
-        tuple(c.runtime_id for c in cells),
-        published=(published,),
-    )
+    run = census_run(cells, published)
     (package,) = census(run)
     assert package.modules == ("_C_cutlass_90a.abi3.so", "_C_mxfp8.so")
     assert package.line() == (

@@ -188,8 +188,10 @@ class Builder:
         wheel = made.wheel
         if wheel is not None:
             self._site(wheel, out, str(env.python))
-            if build.extension.published is not None:
-                derived.write_manifest(wheel, out, [env, *others], self.confine)
+            published = build.extension.published
+            if published is not None:  # where its build torch is unknown, no reference is taken (no env given)
+                envs = [env, *others] if published.build_torch_known else []
+                derived.write_manifest(wheel, out, envs, self.confine)
         seconds = time.monotonic() - made.started
         BuildRecord(
             key=key,

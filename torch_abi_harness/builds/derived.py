@@ -25,6 +25,8 @@ Confine = Callable[[Sequence[str], Sequence[Path]], list[str]]
 
 DERIVED_SUITE_MANIFEST = "_harness_wheel.json"  # the derived suite's MANIFEST (torch_abi_harness/execute/wheel_suite)
 DERIVED_SUITE_FORMAT = 2  # 2: extension modules only (no bundled library), sorted; a reference from a newer env
+# Why a manifest holds no reference (the suite's skip says it): its build torch is not known, and is not guessed.
+NO_REFERENCE = "its build torch is unknown (neither its metadata nor its files name one): nothing to compare with"
 
 
 def derived_suite_script() -> Path:
@@ -37,13 +39,17 @@ def write_manifest(wheel: Path, out: Path, envs: Sequence[Env], confine: Confine
     each extension module (its dotted name when it is a CPython module), and what each registers on the build
     torch, found by loading them there, in the cells' sandbox (it is the wheel's code that runs). Where the build
     torch's env loads none of them (a CUDA wheel on a CPU build, say), the next env given that loads one is the
-    reference, and says so."""
+    reference, and says so. No env given: its build torch is unknown, and no reference is taken (the suite then
+    only loads each module, its operators compared with nothing)."""
     modules = []
     for shared in sorted(prebuilt.extension_modules(read_artifact(wheel)), key=lambda o: o.name):
         dotted = shared.name.split(".")[0].replace("/", ".")
         stem = dotted.rsplit(".", 1)[-1]
         modules.append({"path": shared.name, "import": dotted if f"PyInit_{stem}" in shared.exports else None})
     manifest = out / "site" / DERIVED_SUITE_MANIFEST
+    if not envs:
+        write_json(manifest, {"modules": modules, "no_reference": NO_REFERENCE})
+        return
     write_json(manifest, {"modules": modules})
     found: dict[str, Any] = {}
     for env in envs:

@@ -3,24 +3,23 @@
 The wheel is resolved for each Python the matrix's runtimes use (one file serves them all when it is abi3) and
 downloaded once. Nothing in it is compiled, and nothing the configuration says is taken as its build torch B or
 target T: both are read from the artifact. T is the stable-ABI level of the newest shim it imports (what it needs
-from a runtime); B is the torch its metadata pins exactly, else the oldest release of the matrix that exports
-every shim it imports (standing in for the torch it was built with: the reference its operators are compared
-with). Its declared torch requirement is recorded and reported, never obeyed: the runtime's torch is the one
-under test. It brings no suite: the derived suite
-(torch_abi_harness/execute/wheel_suite) loads each extension module and
-compares what it registers with what it registers on B.
+from a runtime); B is what the wheel says it was built with (torch_abi_harness/static/build_torch.py: an exact pin,
+else what its build left in its files), else unknown. An unknown B is never guessed: the wheel is unpacked in an
+env of the oldest release here that exports every shim it imports, but no reference is taken there (its modules'
+loads are checked, their operators compared with nothing), and the promise says so (verdict.py). Its declared
+torch requirement is recorded and reported, never obeyed: the runtime's torch is the one under test; where it
+admits releases the binary cannot load on, that is reported too. It brings no suite: the derived suite
+(torch_abi_harness/execute/wheel_suite) loads each extension module and, where B is known, compares what it
+registers with what it registers on B.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import zipfile
-from email.parser import Parser
 from importlib import resources
 from pathlib import Path
 
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import Version
 
 from torch_abi_harness.config import BuildSpec, Extension, Matrix, PublishedFacts, PublishedRequest, Recipe, is_path
@@ -28,8 +27,9 @@ from torch_abi_harness.core.errors import ResolutionError
 from torch_abi_harness.core.versions import ApiLevel
 from torch_abi_harness.provision.published import PublishedWheel, resolve
 from torch_abi_harness.provision.sources import resolve_sources
+from torch_abi_harness.static.build_torch import BuildTorch, declared_beyond, read_build_torch, torch_requirement
 from torch_abi_harness.static.manifest import Manifest, packaged_manifest
-from torch_abi_harness.static.predict import ArtifactImports
+from torch_abi_harness.static.predict import ArtifactImports, predict
 from torch_abi_harness.static.symbols import SharedObject, read_artifact
 
 log = logging.getLogger(__name__)
@@ -43,13 +43,14 @@ def derived_suite() -> Path:
 
 @dataclasses.dataclass(frozen=True)
 class WheelReading:
-    """What the artifact says of itself: the level it needs, the torch it names, its modules."""
+    """What the artifact says of itself: the level it needs, the torch it was built with, its modules."""
 
     target: ApiLevel | None  # None: it imports no stable shim
     newest: tuple[str, Version] | None  # the newest shim it imports and the release that first exported it
     torch_pin: str | None  # its Requires-Dist on torch, as written
-    pinned: Version | None  # the release that pin names exactly (torch==2.11.0), else None
+    build_torch: BuildTorch  # B as the wheel says it (pinned, read from a file), or unknown
     stable: bool  # it imports no unstable C++ symbol
+    declared_beyond: str | None = None  # its torch requirement admits releases it cannot load on: in words
 
 
 def read_wheel(path: Path, objects: list[SharedObject], manifest: Manifest) -> WheelReading:
@@ -60,25 +61,18 @@ def read_wheel(path: Path, objects: list[SharedObject], manifest: Manifest) -> W
         if name in manifest and (facts := manifest[name]).first_exported
     )
     newest = (introduced[-1][1], introduced[-1][0]) if introduced else None
-    pin, pinned = torch_requirement(path)
-    return WheelReading(ApiLevel.of(newest[1]) if newest else None, newest, pin, pinned, not imports.unstable)
-
-
-def torch_requirement(path: Path) -> tuple[str | None, Version | None]:
-    """The wheel's Requires-Dist on torch (with no extra), and the release it pins exactly, if it does."""
-    with zipfile.ZipFile(path) as wheel:
-        name = next((n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")), None)
-        text = wheel.read(name).decode(errors="replace") if name else ""
-    for line in Parser().parsestr(text).get_all("Requires-Dist") or ():
-        try:
-            requirement = Requirement(line)
-        except InvalidRequirement:
-            continue
-        if requirement.name.lower() != "torch" or (requirement.marker and "extra" in str(requirement.marker)):
-            continue
-        exact = [s.version for s in requirement.specifier if s.operator in ("==", "===") and "*" not in s.version]
-        return str(requirement), Version(exact[0]) if exact else None
-    return None, None
+    pin, _ = torch_requirement(path)
+    predictions = [
+        predict(imports, r, manifest.exported_by(r), manifest, full_exports=False) for r in manifest.releases
+    ]
+    return WheelReading(
+        ApiLevel.of(newest[1]) if newest else None,
+        newest,
+        pin,
+        read_build_torch(path),
+        not imports.unstable,
+        declared_beyond(pin, predictions),
+    )
 
 
 def runtime_pythons(matrix: Matrix) -> list[str]:
@@ -134,17 +128,6 @@ def _first_release(reading: WheelReading, releases: list[Version]) -> tuple[Vers
     return releases[0], "it imports no stable shim (not a stable-ABI wheel): no target"
 
 
-def _build_torch(reading: WheelReading, releases: list[Version], first: Version) -> tuple[Version, str]:
-    """The torch the wheel stands as built with (the one its metadata pins, else the oldest release here from
-    first on), and where it comes from, in words."""
-    if reading.pinned is not None:
-        return reading.pinned, f"its metadata pins {reading.torch_pin}"
-    served = [r for r in releases if r >= first]
-    torch = served[0] if served else first
-    said = f"it requires {reading.torch_pin}" if reading.torch_pin else "its metadata names no torch"
-    return torch, f"{said}; torch {torch}, the oldest release here that exports every shim it imports, stands in"
-
-
 def _build_of(
     request: PublishedRequest,
     wheel: PublishedWheel,
@@ -153,16 +136,18 @@ def _build_of(
     manifest: Manifest,
     unserved: tuple[str, ...],
 ) -> tuple[Extension, BuildSpec]:
-    """The extension and build of one file: B among the releases the matrix runs on the file's CPythons (its env is
-    one the runtimes make anyway)."""
+    """The extension and build of one file: B as the wheel says it; where it says none, the env it is unpacked in
+    is the oldest of the releases the matrix runs on the file's CPythons that exports every shim it imports (an
+    env the runtimes make anyway)."""
     objects = [o for o in read_artifact(wheel.path) if o.name.endswith(".so") or ".so." in o.name]
-    reading = read_wheel(wheel.path, objects, manifest)
     if not objects:
         raise ResolutionError(
             f"{request.where}: {wheel.filename} holds no shared object: nothing in it uses the stable ABI"
         )
+    reading = read_wheel(wheel.path, objects, manifest)
     first, target_from = _first_release(reading, releases)
-    torch, torch_from = _build_torch(reading, releases, first)
+    torch, torch_from = _torch_of(reading, releases, first)
+    learnt = reading.build_torch
     facts = PublishedFacts(
         request.requirement,
         wheel.filename,
@@ -172,6 +157,9 @@ def _build_of(
         torch_from,
         target_from,
         unserved,
+        build_torch=str(torch) if learnt.known else None,
+        build_torch_how=learnt.how,
+        declared_beyond=reading.declared_beyond,
     )
     extension = Extension(
         name=f"{wheel.project}-{wheel.version}",
@@ -186,12 +174,33 @@ def _build_of(
     )
     spec = BuildSpec(extension, torch, "auto", reading.target, request.runtimes, request.cuda, python)
     log.info(
-        "%s: %s; build torch %s (%s); target %s (%s)",
+        "%s: %s; build torch: %s; target %s (%s)",
         request.requirement,
         wheel.filename,
-        torch,
         torch_from,
         reading.target,
         target_from,
     )
+    if reading.declared_beyond:
+        log.warning("%s: its metadata %s", request.requirement, reading.declared_beyond)
     return extension, spec
+
+
+def _torch_of(reading: WheelReading, releases: list[Version], first: Version) -> tuple[Version, str]:
+    """The torch of the build's env, and where B came from, in words. B read as a release series only (2.14) is
+    run as the newest release of that series here (else X.Y.0); B unknown is not guessed: the env that unpacks the
+    wheel is the oldest release here from first on, and no reference is taken on it."""
+    learnt = reading.build_torch
+    if learnt.release is not None and learnt.level is not None:
+        if learnt.exact:
+            return learnt.release, learnt.describe()
+        series = [r for r in releases if ApiLevel.of(r) == learnt.level]
+        torch = series[-1] if series else learnt.release
+        return torch, f"{learnt.describe()}; torch {torch} of that series is its build torch here"
+    served = [r for r in releases if r >= first]
+    torch = served[0] if served else first
+    said = f"it requires {reading.torch_pin}" if reading.torch_pin else "its metadata names no torch"
+    return torch, (
+        f"unknown: {said}, and none of its files names the torch it was built with (torch {torch}, the oldest "
+        "release here that exports every shim it imports, unpacks it; no reference is taken, no operators compared)"
+    )

@@ -186,4 +186,6 @@ def cache_key(build: Build, torch_version: str | None, compiler: str) -> str:
     }
     if ext.published is not None:  # its site/ holds the derived suite's manifest: made by this format of it
         material["derived_suite"] = DERIVED_SUITE_FORMAT
+        if not ext.published.build_torch_known:  # its manifest holds no reference: not the cached one that does
+            material["no_reference"] = True
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()

@@ -16,7 +16,7 @@ from torch_abi_harness.config import DEFAULT_PYTHON, Sources
 from torch_abi_harness.core.errors import ExitCode
 from torch_abi_harness.static import host_libraries
 from torch_abi_harness.static.artifact import fits_which_python
-from torch_abi_harness.static.check import ModuleCheck, check_artifact
+from torch_abi_harness.static.check import ArtifactCheck, ModuleCheck, check_artifact
 from torch_abi_harness.static.op_calls import Fit
 from torch_abi_harness.static.predict import Predicted
 
@@ -93,6 +93,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     if several:
         console.print(f"[bold]{escape(check.artifact.name)}[/]: {len(check.modules)} extension modules")
     together = "together (what loads the whole wheel)" if several else None
+    print_build_torch(check)
     print_needs(check.whole, check.built_with, args.variant, args.python, together)
     print_predictions(check.whole)
     if several:
@@ -101,6 +102,20 @@ def cmd_check(args: argparse.Namespace) -> int:
             print_predictions(module)
         console.print(f"[bold]modules:[/] {escape(check.summary)}")
     return code
+
+
+def print_build_torch(check: ArtifactCheck) -> None:
+    """A wheel's build torch as it says it (the census's line), and where its declared torch range admits releases
+    it cannot load on."""
+    if check.build_torch is None:
+        return
+    console.print(f"build torch: {escape(check.build_torch.describe())}", soft_wrap=True)
+    console.print(f"declared torch requirement: {escape(check.torch_pin or 'none')}", soft_wrap=True)
+    if check.declared_beyond:
+        console.print(
+            f"[yellow]its metadata {escape(check.declared_beyond)}[/]: it admits releases it cannot load on",
+            soft_wrap=True,
+        )
 
 
 def print_needs(

@@ -166,6 +166,13 @@ class PublishedFacts:
     build_torch_from: str  # where B came from, in words
     target_from: str  # where T came from, in words
     unserved: tuple[str, ...] = ()  # the runtimes' CPythons for which the sources serve no file of this release
+    build_torch: str | None = None  # B as the wheel says it; None: unknown (promised by T alone, no reference)
+    build_torch_how: str = "unknown"  # "pinned", "read from <file>" or "unknown"
+    declared_beyond: str | None = None  # its torch requirement admits releases it cannot load on: in words
+
+    @property
+    def build_torch_known(self) -> bool:
+        return self.build_torch is not None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,7 +23,8 @@ class Status(enum.StrEnum):
 class Condition(enum.StrEnum):
     """Which condition of the promise decided a cell's expectation (README, "The promise").
 
-    torch-abi, build, unstable and control come from the matrix (known at plan time); python-abi,
+    torch-abi, build, unstable, unknown-build and control come from the matrix and the published wheel's own
+    files (known at plan time); python-abi,
     no-cuda and cuda-major from the built artifact (its wheel tags and DT_NEEDED) against the
     runtime as prepared, and no-driver against the runner (its NVIDIA driver), so they are decided
     after the build; host-library from the loader's error, after the cell ran.
@@ -32,6 +33,7 @@ class Condition(enum.StrEnum):
     TORCH_ABI = "torch-abi"  # T <= min(B, R) promised; T > R: the load fails (undefined symbol)
     BUILD = "build"  # T > B: the headers cannot provide the target
     UNSTABLE = "unstable"  # off the stable ABI: promised only on the torch it was built with
+    UNKNOWN_BUILD = "unknown-build"  # a published wheel off the stable ABI that names no build torch: no promise
     CONTROL = "control"  # a negative control, built to end CRASHED / TIMEOUT / TEST_FAILED
     PYTHON_ABI = "python-abi"  # the wheel's tags do not fit the runtime's CPython
     NO_CUDA = "no-cuda"  # it needs CUDA (libtorch_cuda.so, libcudart.so.N...); the runtime's torch has none
@@ -44,6 +46,8 @@ CONDITION_MEANING = {
     Condition.TORCH_ABI: "the stable-ABI promise: target T <= min(build B, runtime R) passes, T > R fails to load",
     Condition.BUILD: "the target is newer than the build torch: the headers cannot provide it",
     Condition.UNSTABLE: "an extension off the stable ABI: promised only on the torch it was built with",
+    Condition.UNKNOWN_BUILD: "a published wheel off the stable ABI whose metadata and files name no build torch: "
+    "nothing is promised, not even on one release",
     Condition.CONTROL: "a negative control, built to fail this way wherever it loads",
     Condition.PYTHON_ABI: "the wheel's tags fit no tag of the runtime's CPython",
     Condition.NO_CUDA: "the build needs CUDA libraries; the runtime's torch is a build without CUDA",

@@ -105,11 +105,23 @@ class PublishedBuild:
     build_torch_from: str
     target_from: str
     unserved: tuple[str, ...] = ()  # the runtimes' CPythons for which the sources serve no file of this release
+    # B as the wheel says it (None: unknown, or not recorded: see build_torch_how) and how it was learnt: "pinned",
+    # "read from <file>" or "unknown" (None: written before it was recorded)
+    build_torch: str | None = None
+    build_torch_how: str | None = None
+    declared_beyond: str | None = None  # its torch requirement admits releases it cannot load on, in words
 
     def to_json(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "unserved": list(self.unserved)}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PublishedBuild:
-        fields = {field.name: data[field.name] for field in dataclasses.fields(cls) if field.name != "unserved"}
-        return cls(**fields, unserved=tuple(data.get("unserved", ())))
+        optional = ("unserved", "build_torch", "build_torch_how", "declared_beyond")
+        fields = {field.name: data[field.name] for field in dataclasses.fields(cls) if field.name not in optional}
+        return cls(
+            **fields,
+            unserved=tuple(data.get("unserved", ())),
+            build_torch=data.get("build_torch"),
+            build_torch_how=data.get("build_torch_how"),
+            declared_beyond=data.get("declared_beyond"),
+        )

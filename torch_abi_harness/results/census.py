@@ -23,12 +23,14 @@ SAME_OPS_TEST = "test_registers_the_same_operators"
 
 @dataclasses.dataclass(frozen=True)
 class ModuleProof:
-    """One module on one runtime: proven (it loaded and registered what it registers on its build torch), or why not."""
+    """One module on one runtime: proven (it loaded and registered what it registers on its build torch; where
+    that torch is unknown, it loaded: there is nothing to compare with), or why not."""
 
     name: str
     proven: bool
     why: str  # '' when proven
     registered: int = 0
+    compared: bool = True  # its operators were compared with those on its build torch (False: B unknown)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +52,11 @@ class PackageCensus:
     modules: tuple[str, ...]  # file names: a module is the same module in each CPython's file
     rows: tuple[RuntimeRow, ...]
 
+    @property
+    def compared(self) -> bool:
+        """Its operators are compared with those on its build torch: every file's B is known (or was not recorded)."""
+        return all(b.build_torch is not None or b.build_torch_how is None for b in self.builds)
+
     def releases_where(self, names: set[str]) -> list[str]:
         """The releases on which exactly these modules (and no others) are proven on every runtime of the release."""
         by_release: dict[str, list[set[str]]] = {}
@@ -63,9 +70,15 @@ class PackageCensus:
         n = len(self.modules)
         parts = []
         whole = self.releases_where(everything)
-        if whole:
+        if whole and self.compared:
             verbs = "loads and registers" if n == 1 else "load and register"
             parts.append(f"{_modules_word(n)} {verbs} the same operators on torch {_releases(whole)}")
+        elif whole:
+            verb = "loads" if n == 1 else "load"
+            parts.append(
+                f"{_modules_word(n)} {verb} on torch {_releases(whole)} "
+                "(its build torch is unknown: operators not compared)"
+            )
         partial: dict[frozenset[str], list[str]] = {}
         for row in self.rows:
             proven = frozenset(row.proven)
@@ -93,7 +106,7 @@ class PackageCensus:
                 if proof is None:
                     cells.append("not run")
                 elif proof.proven:
-                    cells.append(f"✅ {proof.registered} op(s)")
+                    cells.append(f"✅ {proof.registered} op(s)" + ("" if proof.compared else ", not compared"))
                 else:
                     cells.append(f"❌ {proof.why}")
             verdict = row.cell.verdict.value.replace("_", " ")
@@ -128,9 +141,10 @@ def _class_of(cell: CellResult, *, detailed: bool = False) -> str:
     return f"{cell.verdict.value}: {cell.reason}"[:120]
 
 
-def _module_proofs(cell: CellResult, modules: tuple[str, ...]) -> tuple[ModuleProof, ...]:
+def _module_proofs(cell: CellResult, modules: tuple[str, ...], *, compared: bool = True) -> tuple[ModuleProof, ...]:
     """Each module's proof in one cell, from its derived suite's record; a cell that never ran the suite
-    (its wheel does not install on that Python, say) proves none, each saying why."""
+    (its wheel does not install on that Python, say) proves none, each saying why. Not compared (its build torch
+    is unknown): a module that loads is proven as far as it can be, and says its operators were not compared."""
     if not cell.modules:
         why = _class_of(cell) if cell.expected_class is not Condition.TORCH_ABI else cell.reason
         return tuple(ModuleProof(m, proven=False, why=why[:120]) for m in modules)
@@ -145,6 +159,8 @@ def _module_proofs(cell: CellResult, modules: tuple[str, ...]) -> tuple[ModulePr
         differs = any(SAME_OPS_TEST in t and f"[{name}]" in t for t in cell.failing_tests)
         if differs:
             found.append(ModuleProof(name, proven=False, why="registers other operators than on its build torch"))
+        elif not compared:
+            found.append(ModuleProof(name, proven=True, why="", registered=record.registered, compared=False))
         elif not record.compared:
             found.append(
                 ModuleProof(
@@ -165,6 +181,7 @@ def census(run: RunResult) -> list[PackageCensus]:
         releases.setdefault(published.requirement, []).append(published)
     packages = []
     for requirement, builds in releases.items():
+        unknown = {b.build for b in builds if b.build_torch is None and b.build_torch_how is not None}
         ids = {b.build for b in builds}
         cells = sorted((c for c in run.cells if c.build_id in ids), key=lambda c: order.get(c.runtime_id, 0))
         modules = tuple(dict.fromkeys(_short(m.path) for c in cells for m in c.modules))
@@ -173,7 +190,7 @@ def census(run: RunResult) -> list[PackageCensus]:
                 f"{c.runtime_torch}, py{c.runtime_python}" if c.runtime_python else c.runtime_torch,
                 c.runtime_torch.split("+")[0],
                 c,
-                _module_proofs(c, modules),
+                _module_proofs(c, modules, compared=c.build_id not in unknown),
             )
             for c in cells
         )
@@ -194,15 +211,25 @@ def document(run: RunResult, packages: list[PackageCensus], today: datetime.date
     for package in packages:
         lines += [f"### {package.label}", "", f"**{package.line()}**", ""]
         for published in package.builds:
-            pin = published.torch_pin or "none"
-            lines += [
-                f"`{published.filename}` (sha256 `{published.sha256[:16]}…`), build `{published.build}`; "
-                f"declared torch requirement: {pin} (reported, not obeyed). "
-                f"Build torch: {published.build_torch_from}. Target: {published.target_from}.",
-                "",
-            ]
+            lines += [_build_line(published), ""]
         unserved = sorted({p for b in package.builds for p in b.unserved})
         if unserved:
             lines += [f"No file of this release for CPython {', '.join(unserved)} on this platform: no cell there.", ""]
         lines += [*package.table(), ""]
     return lines
+
+
+def _build_line(published: PublishedBuild) -> str:
+    """A file of the release: what it is, its declared torch requirement (and where that admits releases it cannot
+    load on), its build torch B and how that was learnt, its target."""
+    pin = published.torch_pin or "none"
+    beyond = (
+        f" Its metadata {published.declared_beyond}: it admits releases it cannot load on."
+        if (published.declared_beyond)
+        else ""
+    )
+    return (
+        f"`{published.filename}` (sha256 `{published.sha256[:16]}…`), build `{published.build}`; "
+        f"declared torch requirement: {pin} (reported, not obeyed).{beyond} "
+        f"Build torch: {published.build_torch_from}. Target: {published.target_from}."
+    )

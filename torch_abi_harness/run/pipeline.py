@@ -329,6 +329,9 @@ def published_builds(builds: Sequence[Build]) -> tuple[PublishedBuild, ...]:
                     facts.build_torch_from,
                     facts.target_from,
                     facts.unserved,
+                    facts.build_torch,
+                    facts.build_torch_how,
+                    facts.declared_beyond,
                 )
             )
     return tuple(found)

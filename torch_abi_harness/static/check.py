@@ -19,6 +19,7 @@ from torch_abi_harness.core.status import Condition
 from torch_abi_harness.core.versions import ApiLevel
 from torch_abi_harness.static import host_libraries
 from torch_abi_harness.static.artifact import ArtifactFacts, RuntimeFacts, Unmet, unmet
+from torch_abi_harness.static.build_torch import BuildTorch, declared_beyond, read_build_torch, torch_requirement
 from torch_abi_harness.static.limited_api import LimitedApiAudit, abi3_floor, module_python, packaged_limited_api
 from torch_abi_harness.static.manifest import packaged_manifest
 from torch_abi_harness.static.op_calls import DISPATCHER_SHIMS, fits
@@ -27,7 +28,9 @@ from torch_abi_harness.static.prebuilt import extension_modules
 from torch_abi_harness.static.predict import ArtifactImports, Predicted, Prediction, predict
 from torch_abi_harness.static.symbols import SharedObject, read_artifact
 
-CHECK_JSON_VERSION = 2  # `check --json`; 2: per-module records, the modules' summary, the limited API audit
+# `check --json`; 2: per-module records, the modules' summary, the limited API audit; and, added since: a wheel's
+# build torch as it says it, its declared torch requirement and where that admits releases it cannot load on
+CHECK_JSON_VERSION = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,6 +165,21 @@ class ArtifactCheck:
     built_with: str | None  # the release whose op schemas its calls are judged against; None: only existence
     whole: ModuleCheck
     modules: tuple[ModuleCheck, ...]
+    build_torch: BuildTorch | None = None  # a wheel's build torch as it says it (build_torch.py); None: a .so
+    torch_pin: str | None = None  # a wheel's Requires-Dist on torch, as written
+
+    @property
+    def declared_beyond(self) -> str | None:
+        """Where its declared torch range admits releases checked it cannot load on: 'declares torch>=2.9, loads
+        from 2.13.0'."""
+        return declared_beyond(self.torch_pin, self.whole.predictions)
+
+    def build_torch_json(self) -> dict[str, Any] | None:
+        found = self.build_torch
+        if found is None:
+            return None
+        release = str(found.release) if found.release is not None else None
+        return {"release": release, "exact": found.exact, "how": found.how, "said": found.said}
 
     @property
     def failing(self) -> bool:
@@ -223,6 +241,9 @@ class ArtifactCheck:
             "schema_version": CHECK_JSON_VERSION,
             "artifact": str(self.artifact),
             "built_with": self.built_with,
+            "build_torch": self.build_torch_json(),
+            "declared_torch": self.torch_pin,
+            "declared_beyond": self.declared_beyond,
             **whole,
             "summary": self.summary,
             "modules": [{"name": m.name, "python_tag": m.python_tag, **m.to_json()} for m in self.modules],
@@ -299,4 +320,12 @@ def check_artifact(
     members = extension_modules(objects) or objects  # a library bundled beside the modules is not one of them
     modules = tuple(check(o.name, [o], module_python(o.name)) for o in members)
     whole = modules[0] if len(modules) == 1 else check(artifact.name, members, None)
-    return ArtifactCheck(artifact, recorded, dataclasses.replace(whole, name=artifact.name), modules)
+    wheel = artifact.suffix == ".whl"
+    return ArtifactCheck(
+        artifact,
+        recorded,
+        dataclasses.replace(whole, name=artifact.name),
+        modules,
+        read_build_torch(artifact) if wheel else None,
+        torch_requirement(artifact)[0] if wheel else None,
+    )
