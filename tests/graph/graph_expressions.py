@@ -1,7 +1,7 @@
 """The subset of GitHub Actions' expression language that ci/nightly.yml uses, and nothing more.
 
 Literals ('string', numbers, true/false/null), context paths (`needs.plan.outputs.shards`,
-`strategy.job-index`), `!`, `==`, `!=`, `&&`, `||`, parentheses, and the functions fromJSON, always and
+`strategy.job-index`), `!`, `==`, `!=`, `&&`, `||`, parentheses, and the functions fromJSON, join, always and
 success. Semantics as GitHub documents them: `||` and `&&` yield an operand, not a bool; falsy is false,
 0, '', null; `==` compares strings case-insensitively; a missing property is null. Anything else (another
 function, an operator such as `<`, an unknown context) raises UnsupportedExpression: the runner fails
@@ -166,6 +166,8 @@ class Evaluator:
                 raise UnsupportedExpression(f"unclosed call of {name} in {self._source!r}")
         if name == "fromJSON" and len(args) == 1:
             return json.loads(text(args[0]))
+        if name == "join" and len(args) in (1, 2):
+            return join(*args)
         if name == "always" and not args:
             return True
         if name == "success" and not args:
@@ -182,6 +184,14 @@ class Evaluator:
                 raise UnsupportedExpression(f"object filters ({path}) are outside this runner's subset")
             value = value.get(part) if isinstance(value, Mapping) else None
         return value
+
+
+def join(value: Any, separator: Any = ",") -> str:
+    """GitHub's join(array, separator): each element as a string, the separator between (',' when not given);
+    a value that is not an array is itself, as a string."""
+    if isinstance(value, list):
+        return text(separator).join(text(item) for item in value)
+    return text(value)
 
 
 def _loose(value: Any) -> Any:

@@ -9,8 +9,12 @@ declared artifacts passed between jobs. `run:` steps run for real with bash as G
 
 - actions/checkout: the repository's files (git's tracked and untracked-but-not-ignored ones) copied
   into the workspace; `persist-credentials` has nothing to persist here.
-- actions/setup-python: a CPython of the requested minor (a venv of this machine's, with pip) first on
-  PATH; with `cache: pip`, pip's cache restored from the store at the start and saved at the end.
+- actions/setup-python: each CPython of `python-version` (one, or one a line) put on PATH as a hosted
+  runner's tool cache holds it, the last first (`python`, as a venv of it with pip, so no job installs into
+  this machine's interpreters): pyenv's, where this machine keeps CPythons other than its own. A version
+  the machine does not provide fails the step, and so the job, as setup-python fails on a runner without
+  it. The jobs' PATH has no pyenv shims (a hosted runner has none): a CPython a job did not set up is not
+  there. With `cache: pip`, pip's cache restored from the store at the start and saved at the end.
 - actions/upload-artifact / download-artifact: a copy into and out of an artifact store outside the job
   (by `name`, or every artifact matching `pattern`, each in its own folder unless `merge-multiple`).
 - actions/cache/restore and save: restore seeds `path` from `seed_cache(key, path)` (the test decides
@@ -26,6 +30,7 @@ import dataclasses
 import fnmatch
 import logging
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -51,6 +56,7 @@ JOB_KEYS = {"name", "needs", "if", "runs-on", "timeout-minutes", "strategy", "en
 STEP_KEYS = {"name", "id", "if", "uses", "with", "run", "shell", "env", "continue-on-error"}
 PASSED_ENV = ("PATH", "LANG", "LC_ALL", "TERM", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
 PASSED_PREFIXES = ("PIP_", "UV_INDEX", "UV_EXTRA_INDEX", "UV_FIND_LINKS", "UV_INDEX_STRATEGY")
+PYENV_VERSION_DIR = re.compile(r"^(\d+)\.(\d+)\.(\d+)(t?)$")  # pyenv's CPythons: 3.10.13, 3.13.0t
 
 
 class UnsupportedWorkflow(Exception):
@@ -156,6 +162,32 @@ def read_env_file(path: Path) -> dict[str, str]:
             found[name] = value
         i += 1
     return found
+
+
+def pyenv_root(environ: Mapping[str, str]) -> Path:
+    return Path(environ.get("PYENV_ROOT") or Path(environ.get("HOME") or Path.home()) / ".pyenv")
+
+
+def without_pyenv(path: str, environ: Mapping[str, str]) -> str:
+    """A PATH without pyenv's folders (its shims answer for any version pyenv selects): a hosted runner has none."""
+    root = pyenv_root(environ)
+    return os.pathsep.join(p for p in path.split(os.pathsep) if p and not Path(p).is_relative_to(root))
+
+
+def provided_python(version: str, environ: Mapping[str, str] = os.environ) -> Path | None:
+    """The CPython `version` (3.10, 3.13t) this machine provides to setup-python: pyenv's newest of that minor,
+    else `pythonX.Y` on the machine's PATH outside pyenv; None when it has none."""
+    found: list[tuple[int, Path]] = []
+    versions = pyenv_root(environ) / "versions"
+    for entry in versions.iterdir() if versions.is_dir() else ():
+        match = PYENV_VERSION_DIR.match(entry.name)
+        binary = entry / "bin" / f"python{version}"
+        if match and f"{match[1]}.{match[2]}{match[4]}" == version and binary.is_file():
+            found.append((int(match[3]), binary))
+    if found:
+        return max(found)[1]
+    on_path = shutil.which(f"python{version}", path=without_pyenv(environ.get("PATH", ""), environ))
+    return Path(on_path) if on_path else None
 
 
 def repository_files(repo: Path) -> list[str]:
@@ -307,6 +339,7 @@ class Runner:
     def base_env(self, workspace: Path, home: Path, temp: Path) -> dict[str, str]:
         """What a fresh runner's process sees: the machine's PATH and package-source settings, GitHub's variables."""
         env = {k: v for k, v in os.environ.items() if k in PASSED_ENV or k.startswith(PASSED_PREFIXES)}
+        env["PATH"] = without_pyenv(env.get("PATH", ""), os.environ)
         pip_conf = Path.home() / ".config" / "pip" / "pip.conf"  # the machine image's pip configuration
         if pip_conf.is_file():
             (home / ".config" / "pip").mkdir(parents=True)
@@ -425,29 +458,44 @@ class Runner:
     def setup_python(
         self, given: Mapping[str, Any], env: dict[str, str], posts: list[Callable[[], None]]
     ) -> dict[str, str]:
-        version = str(given["python-version"])
-        found = shutil.which(f"python{version}")
-        if found is None:
-            raise UnsupportedWorkflow(f"setup-python {version}: this machine has no python{version}")
-        toolcache = Path(env["RUNNER_TEMP"]).parent / "hostedtoolcache" / f"python{version}"
-        subprocess.run([found, "-m", "venv", str(toolcache)], check=True)
-        env["PATH"] = f"{toolcache / 'bin'}:{env['PATH']}"
-        if shutil.which("python", path=env["PATH"]) != str(toolcache / "bin" / "python"):
-            raise UnsupportedWorkflow(f"setup-python: `python` on the job's PATH is not {toolcache}/bin/python")
+        versions = [v.strip() for v in str(given.get("python-version") or "").splitlines() if v.strip()]
+        if not versions:
+            raise ActionFailed("setup-python: no python-version given")
+        toolcache = Path(env["RUNNER_TEMP"]).parent / "hostedtoolcache"
+        for version in versions:  # each prepended: the last listed is first on PATH
+            found = provided_python(version)
+            if found is None:
+                raise ActionFailed(f"setup-python {version}: this machine provides no CPython {version}")
+            folder = toolcache / "Python" / version / "bin"
+            if not folder.is_dir():
+                folder.mkdir(parents=True)
+                for name in dict.fromkeys(("python", "python3", f"python{version}")):
+                    (folder / name).symlink_to(found)
+            env["PATH"] = f"{folder}:{env['PATH']}"
+        default = toolcache / f"venv-{versions[-1]}"
+        if not default.is_dir():
+            subprocess.run([str(found), "-m", "venv", str(default)], check=True)
+        env["PATH"] = f"{default / 'bin'}:{env['PATH']}"
+        if shutil.which("python", path=env["PATH"]) != str(default / "bin" / "python"):
+            raise UnsupportedWorkflow(f"setup-python: `python` on the job's PATH is not {default}/bin/python")
         if given.get("cache") == "pip":
-            cache = Path(env["HOME"]) / ".cache" / "pip"
-            saved = self.store / "pip"
-            if saved.is_dir():
-                shutil.copytree(saved, cache)
-            env["PIP_CACHE_DIR"] = str(cache)
+            posts.append(self.pip_cache(env))
+        return {"python-version": versions[-1]}
 
-            def save() -> None:
-                if cache.is_dir():
-                    shutil.rmtree(saved, ignore_errors=True)
-                    shutil.copytree(cache, saved)
+    def pip_cache(self, env: dict[str, str]) -> Callable[[], None]:
+        """setup-python's `cache: pip`: pip's cache restored from the store now; the returned post step saves it."""
+        cache = Path(env["HOME"]) / ".cache" / "pip"
+        saved = self.store / "pip"
+        if saved.is_dir() and not cache.is_dir():
+            shutil.copytree(saved, cache)
+        env["PIP_CACHE_DIR"] = str(cache)
 
-            posts.append(save)
-        return {"python-version": version}
+        def save() -> None:
+            if cache.is_dir():
+                shutil.rmtree(saved, ignore_errors=True)
+                shutil.copytree(cache, saved)
+
+        return save
 
     def upload(self, given: Mapping[str, Any], workspace: Path) -> dict[str, str]:
         name = str(given["name"])

@@ -14,7 +14,7 @@ CONTEXTS = {
     "vars": {},
     "steps": {"merge": {"outputs": {"status": "3"}}},
     "strategy": {"job-index": 0},
-    "matrix": {},
+    "matrix": {"pythons": ["3.10", "3.11"]},
     "runner": {},
 }
 
@@ -34,6 +34,9 @@ CONTEXTS = {
         ("steps.merge.outputs.status || '3'", "3"),
         ("strategy.job-index", 0),
         ("!(needs.plan.result == 'failure')", True),
+        ("join(matrix.pythons, fromJSON('\"\\n\"'))", "3.10\n3.11"),  # setup-python's multi-line list
+        ("join(matrix.pythons)", "3.10,3.11"),
+        ("join('3.12', ', ')", "3.12"),
     ],
 )
 def test_the_subset_evaluates_as_github_documents(expression: str, value: object) -> None:

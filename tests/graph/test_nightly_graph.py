@@ -29,7 +29,7 @@ WORKFLOW = REPO / "ci" / "nightly.yml"
 MATRIX = "tests/graph/matrix.yaml"
 DISK_GB = 14
 UV_CACHE = Path(os.environ.get("UV_CACHE_DIR") or Path.home() / ".cache" / "uv")
-INPUTS = {"matrix": MATRIX, "selectors": "", "prerelease_index": "none", "shards": "2"}
+INPUTS = {"matrix": MATRIX, "selectors": "", "prerelease_index": "none", "shards": "3"}
 
 
 def env_name(runtime_or_torch: str) -> str:
@@ -123,8 +123,9 @@ def test_the_nightly_graph_merges_into_what_one_machine_reports(graph: Runner, g
     assert graph.results["merge"]["result"] == "success", [r.steps for r in graph.records if r.job == "merge"]
     builds = [r for r in graph.records if r.job == "build"]
     runs = [r for r in graph.records if r.job == "run"]
-    assert len(builds) == 2 and len(runs) == 2, [r.label for r in graph.records]
+    assert len(builds) == 2 and len(runs) == 3, [r.label for r in graph.records]
     assert any(len(r.label.split("(")[1].split()) > 1 for r in runs), "two runtimes share one run job"
+    assert any("-py3.10" in r.label for r in runs), "a run job's runtime is on a CPython it had to set up"
     for record in graph.records:
         assert 0 < record.peak_bytes < DISK_GB * 2**30
     # merge's artifact: its reports dir (the run and `latest`, which the upload stores as the folder it points to)
@@ -135,12 +136,12 @@ def test_the_nightly_graph_merges_into_what_one_machine_reports(graph: Runner, g
     same = harness("diff", str(report), str(one / "latest"), "--fail-on-change")
     assert same.returncode == 0, same.stdout + same.stderr
     cells = json.loads((report / "results.json").read_text())["cells"]
-    assert len(cells) == 9 and {c["status"] for c in cells} <= {"PASS", "LOAD_FAILED", "SKIPPED"}
+    assert len(cells) == 12 and {c["status"] for c in cells} <= {"PASS", "LOAD_FAILED", "SKIPPED"}
     assert "stable_basic@b2.13.0-t2.10" in jobs["merge"].summary, "the merged grid is in the job summary"
 
 
 def test_a_lost_run_job_leaves_its_cells_error_and_the_rest_merged(graph: Runner, graph_root: Path) -> None:
-    lost = f"stable-abi-report-shard-0-{graph.run_id}"  # strategy.job-index 0: shard 1/2
+    lost = f"stable-abi-report-shard-0-{graph.run_id}"  # strategy.job-index 0: shard 1/3
     shutil.rmtree(graph.artifacts / lost)  # its runner died before the upload
     graph.records.clear()
     graph.run_job("merge")
@@ -149,9 +150,21 @@ def test_a_lost_run_job_leaves_its_cells_error_and_the_rest_merged(graph: Runner
     latest = graph.root / "artifacts" / f"stable-abi-report-cpu-{graph.run_id}" / "latest"
     cells = json.loads((latest / "results.json").read_text())["cells"]
     errors = [c for c in cells if c["status"] == "ERROR"]
-    assert errors and all(c["reason"] == "shard 1/2 reported nothing" for c in errors)
-    assert len(cells) == 9 and len(errors) < len(cells)
-    assert "shard 1/2 reported nothing" in merge.summary
+    assert errors and all(c["reason"] == "shard 1/3 reported nothing" for c in errors)
+    assert len(cells) == 12 and len(errors) < len(cells)
+    assert "shard 1/3 reported nothing" in merge.summary
+
+
+def test_a_run_job_that_does_not_set_up_its_runtimes_cpython_fails(graph: Runner) -> None:
+    """The run job of the py3.10 runtime again, its job matrix entry without 3.10 (as every run job was before
+    the plan named its CPythons): setup-python sets up 3.11 alone, the harness finds no CPython 3.10 (uv may
+    not download one) and the run step fails with no report; the job fails. With 3.10 it passed (above)."""
+    shards = json.loads(graph.results["plan"]["outputs"]["shards"])["include"]
+    index, entry = next((i, e) for i, e in enumerate(shards) if "3.10" in e["pythons"])
+    forgot = {**entry, "pythons": [p for p in entry["pythons"] if p != "3.10"] or ["3.11"]}
+    record = graph.run_instance("run", graph.doc["jobs"]["run"], forgot, index, len(shards))
+    assert record.result == "failure"
+    assert [s.name for s in record.steps if s.outcome == "failure"] == ["Run this shard's runtimes"], record.steps
 
 
 def test_a_loop_disk_caps_what_a_job_can_write(tmp_path: Path) -> None:

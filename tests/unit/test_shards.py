@@ -1,7 +1,9 @@
 """Shards: a deterministic, disjoint, covering, balanced partition; K/N typed by argparse; the CI job matrix."""
 
+import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
@@ -10,8 +12,23 @@ from torch_abi_harness.cli import main, parser
 from torch_abi_harness.config.matrix import load_matrix
 from torch_abi_harness.core.errors import BadInputError
 from torch_abi_harness.core.schema import load_schema
-from torch_abi_harness.plan import Cell, Plan, PlanIdentity, Shard, make_plan
-from torch_abi_harness.run.shard import CELL_SECONDS, build_seconds, fan_out, partition, shard_plan, split
+from torch_abi_harness.plan import Build, Cell, Plan, PlanIdentity, Shard, make_plan
+from torch_abi_harness.run.shard import (
+    CELL_SECONDS,
+    build_jobs,
+    build_seconds,
+    fan_out,
+    needed_pythons,
+    partition,
+    shard_plan,
+    split,
+)
+
+
+def validate_job_matrix(data: dict[str, Any]) -> None:
+    """A job matrix of `plan --json` against the plan schema's own definition of one."""
+    schema = load_schema("plan")
+    jsonschema.validate(data, {"$schema": schema["$schema"], "$defs": schema["$defs"], "$ref": "#/$defs/job_matrix"})
 
 
 @pytest.fixture
@@ -121,7 +138,13 @@ def test_plan_shards_json_is_a_github_actions_job_matrix(repo: Path, capsys: pyt
     assert list(data) == ["include"]  # any other top-level key would be read as one more matrix axis
     assert [job["shard"] for job in data["include"]] == ["1/3", "2/3", "3/3"]
     assert sum(job["cells"] for job in data["include"]) == len(make_plan(load_matrix(repo / "matrix.yaml")).cells)
-    assert all(set(job) == {"shard", "cells", "estimated_seconds"} for job in data["include"])
+    assert all(set(job) == {"shard", "cells", "estimated_seconds", "pythons"} for job in data["include"])
+    validate_job_matrix(data)
+    # by cells, a job builds and runs its cells: its CPythons are its builds' and its runtimes'
+    shards = split(make_plan(load_matrix(repo / "matrix.yaml")), 3, "cells")
+    for job, part in zip(data["include"], shards, strict=True):
+        wanted = {c.runtime.python for c in part.cells} | {c.build.python for c in part.cells}
+        assert job["pythons"] == sorted(wanted, key=lambda v: int(v.split(".")[1]))
     # Each job's --shard is accepted by `run` as it is.
     assert [parser().parse_args(["run", "--shard", j["shard"]]).shard.index for j in data["include"]] == [1, 2, 3]
 
@@ -159,6 +182,10 @@ def test_plan_json_lists_the_cells_and_their_promise(repo: Path, capsys: pytest.
         jsonschema.validate(data, load_schema("plan"))
     assert whole["shard"] is None and shard["shard"] == {"index": 1, "count": 2}
     assert whole["digest"] == shard["digest"]
+    assert whole["pythons"] == ["3.10", "3.11", "3.13"]  # sorted by version: 3.10 before 3.11, as in any job
+    assert set(shard["pythons"]) == {
+        c["runtime"].rpartition("-py")[2] if "-py" in c["runtime"] else "3.11" for c in shard["cells"]
+    } | {"3.11"}  # the builds are made on 3.11
     assert len(whole["cells"]) == 11 and 0 < len(shard["cells"]) < 11  # 7 releases on 3.11, 4 on 3.10 and 3.13
     first = whole["cells"][0]
     assert first == {
@@ -200,9 +227,39 @@ def test_plan_by_runtime_json_names_each_jobs_runtimes_and_build_jobs_each_build
     jobs = json.loads(capsys.readouterr().out)
     assert [j["shard"] for j in jobs["include"]] == ["1/2", "2/2"]
     named = [r for j in jobs["include"] for r in j["runtimes"].split()]
+    for job in jobs["include"]:  # a run job's CPythons are its runtimes' (its builds come made): 3.11 no more
+        ids = job["runtimes"].split()
+        assert job["pythons"] == sorted({r.rpartition("-py")[2] if "-py" in r else "3.11" for r in ids}), job
     assert len(named) == len(set(named)) == len(load_matrix(repo / "matrix.yaml").runtimes)
     assert main(["plan", "--matrix", str(repo / "matrix.yaml"), "--build-jobs", "--json"]) == 0
     builds = json.loads(capsys.readouterr().out)["include"]
     assert {b["torch"] for b in builds} == {str(b.torch) for b in load_matrix(repo / "matrix.yaml").builds}
+    assert all(b["pythons"] == ["3.11"] for b in builds)  # the default matrix builds on 3.11 alone
+    validate_job_matrix(jobs)
+    validate_job_matrix({"include": builds})
     with pytest.raises(BadInputError, match="at most 11"):
         fan_out(make_plan(load_matrix(repo / "matrix.yaml"), ()), 12, by="runtime")
+
+
+def test_the_cpythons_a_job_sets_up_are_sorted_by_version_without_the_interpreters_given_by_path(plan: Plan) -> None:
+    runtime = plan.cells[0].runtime
+    made_on = [dataclasses.replace(runtime, python=v) for v in ("3.13t", "3.9", "3.13", "3.10", "3.9")]
+    given = dataclasses.replace(runtime, python="3.12", interpreter="/opt/python3.12/bin/python3.12")
+    assert needed_pythons([*made_on, given]) == ["3.9", "3.10", "3.13", "3.13t"]
+    assert needed_pythons([]) == []
+
+
+def test_each_build_job_names_the_cpythons_of_its_own_builds(plan: Plan) -> None:
+    first = next(b for b in plan.builds if str(b.torch) == "2.13.0")
+    moved = dataclasses.replace(first, python="3.10")
+
+    def on_310(build: Build) -> Build:
+        return moved if build == first else build
+
+    changed = dataclasses.replace(
+        plan,
+        builds=tuple(map(on_310, plan.builds)),
+        cells=tuple(dataclasses.replace(c, build=on_310(c.build)) for c in plan.cells),
+    )
+    jobs = {j["torch"]: j["pythons"] for j in build_jobs(changed)["include"]}
+    assert jobs["2.13.0"] == ["3.10", "3.11"] and jobs["2.9.1"] == ["3.11"]

@@ -2,9 +2,13 @@
 
 import argparse
 import ast
+import importlib.util
 import re
 import shlex
+import sys
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -12,8 +16,9 @@ import yaml
 
 from torch_abi_harness.cli import parser
 from torch_abi_harness.config.matrix import load_matrix
+from torch_abi_harness.mutate.run import default_cells
 from torch_abi_harness.plan import make_plan
-from torch_abi_harness.run.shard import build_jobs, fan_out
+from torch_abi_harness.run.shard import build_jobs, cell_pythons, fan_out, plan_json
 
 REPO = Path(__file__).resolve().parents[2]
 WORKFLOWS = sorted((REPO / "ci").glob("*.yml"))
@@ -266,3 +271,100 @@ def test_the_census_nightly_runs_the_graph_on_census_yaml_and_verifies_each_shar
     merge = [s for s in nightly["jobs"]["merge"]["steps"] if "census" in s.get("name", "")]
     assert merge and "--check docs/results/census.md" in merge[0]["run"]
     assert "--verify" in options_of(subcommands()["census"]) and "--check" in options_of(subcommands()["census"])
+
+
+def graph_expressions() -> ModuleType:
+    """tests/graph's evaluator of the workflows' expression subset: the one the graph test runs them with."""
+    if "graph_expressions" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("graph_expressions", REPO / "tests/graph/graph_expressions.py")
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules["graph_expressions"] = module
+    return sys.modules["graph_expressions"]
+
+
+def set_up_pythons(job: dict[str, Any], entry: dict[str, Any]) -> list[str]:
+    """The CPythons a job's setup-python steps set up for one entry of its job matrix, in the order they are
+    listed (the last one is `python`)."""
+    evaluator = graph_expressions().Evaluator({"matrix": entry})
+    listed: list[str] = []
+    for step in job["steps"]:
+        if step.get("uses", "").startswith("actions/setup-python@"):
+            value = evaluator.interpolate(str(step["with"]["python-version"]))
+            listed += [line.strip() for line in value.splitlines() if line.strip()]
+    return listed
+
+
+def whole_plan(matrix: str) -> list[str]:
+    """The CPythons of a matrix's whole plan (`plan --json`'s pythons): a job that runs it in one place."""
+    pythons: list[str] = plan_json(make_plan(load_matrix(REPO / matrix)))["pythons"]
+    return pythons
+
+
+def mutation_cells(matrix: str) -> list[str]:
+    """The CPythons of `mutate`'s default cells: the newest runtime on the matrix's python."""
+    return cell_pythons(default_cells(make_plan(load_matrix(REPO / matrix)), ()))
+
+
+# Each job of ci/ that runs cells, and the CPythons it needs (None: its job matrix entry names them).
+CELL_JOBS: dict[tuple[str, str], Callable[[], list[str]] | None] = {
+    ("nightly.yml", "build"): None,
+    ("nightly.yml", "run"): None,
+    ("nightly.yml", "gpu"): lambda: whole_plan("ci/matrix-gpu.yaml"),
+    ("nightly.yml", "mutate"): lambda: mutation_cells("matrix.yaml"),
+    ("release-gating.yml", "gate"): lambda: whole_plan("matrix.yaml"),
+    ("gate-replay.yml", "replay"): lambda: whole_plan("matrix.yaml"),  # its selection's cells: a subset
+}
+RUNS_CELLS = re.compile(r"torch_abi_harness (?:run|build)\b|nox -s (?:matrix|mutate|gate_replay)\b|-- gate\b")
+
+
+def test_every_job_that_runs_cells_is_held_to_the_cpythons_it_needs() -> None:
+    found = {
+        (path.name, name)
+        for path in WORKFLOWS
+        for name, job in load_workflow(path)["jobs"].items()
+        if any(RUNS_CELLS.search(step.get("run", "")) for step in job.get("steps", ()))
+    }
+    assert found == set(CELL_JOBS)
+
+
+@pytest.mark.parametrize("matrix", ["matrix.yaml", "ci/matrix-full.yaml", "tests/graph/matrix.yaml"])
+def test_each_build_and_run_job_sets_up_the_cpythons_its_plan_names(matrix: str) -> None:
+    """Hosted runners keep CPythons other than the one set up off PATH: a run job whose runtimes are on 3.10 sets
+    up 3.10 (the plan's `pythons` of its job matrix entry), and the harness's own 3.11 comes last (`python`)."""
+    jobs = load_workflow(REPO / "ci" / "nightly.yml")["jobs"]
+    plan = make_plan(load_matrix(REPO / matrix))
+    for job, entries in (("build", build_jobs(plan)), ("run", fan_out(plan, None, by="runtime"))):
+        for entry in entries["include"]:
+            listed = set_up_pythons(jobs[job], entry)
+            assert set(entry["pythons"]) <= set(listed), (job, entry, listed)
+            assert listed[-1] == "3.11", f"{job}: the harness's own interpreter is not the last: {listed}"
+    assert any(entry["pythons"] != ["3.11"] for entry in fan_out(plan, None, by="runtime")["include"]) or (
+        matrix == "tests/graph/matrix.yaml"
+    )
+
+
+@pytest.mark.parametrize(("workflow", "job"), [key for key, matrix in CELL_JOBS.items() if matrix])
+def test_each_other_job_that_runs_cells_sets_up_its_matrixs_cpythons(workflow: str, job: str) -> None:
+    """A job that runs a whole matrix in one place sets up every CPython of its plan (`plan --json`'s pythons)."""
+    listed = set_up_pythons(load_workflow(REPO / "ci" / workflow)["jobs"][job], {})
+    needs = CELL_JOBS[workflow, job]
+    assert needs is not None
+    wanted = needs()
+    assert wanted and set(wanted) <= set(listed) and listed[-1] == "3.11", (wanted, listed)
+
+
+def test_no_job_downloads_a_cpython_it_did_not_set_up() -> None:
+    """The choice: CPythons come from setup-python (the runner's tool cache), never from uv's downloads, so a
+    missing one is exit 2 naming it. uv's own switch for every nightly job; `--no-python-downloads` where a
+    command takes it."""
+    nightly = load_workflow(REPO / "ci" / "nightly.yml")
+    assert nightly["env"]["UV_PYTHON_DOWNLOADS"] == "never"
+    runs = {
+        (path.name, name): " ".join(step.get("run", "") for step in job.get("steps", ()))
+        for path in WORKFLOWS
+        for name, job in load_workflow(path)["jobs"].items()
+    }
+    for key in (("nightly.yml", "run"), ("release-gating.yml", "gate"), ("gate-replay.yml", "replay")):
+        assert "--no-python-downloads" in runs[key], key

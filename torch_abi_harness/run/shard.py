@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from torch_abi_harness.core.errors import BadInputError
 from torch_abi_harness.core.kinds import Recipe
-from torch_abi_harness.plan import Build, Cell, Plan, Shard
+from torch_abi_harness.plan import Build, Cell, Plan, Runtime, Shard
 from torch_abi_harness.results.model import RunResult
 from torch_abi_harness.verdict import promise
 
@@ -133,6 +133,19 @@ def _longest_first(items: Sequence[tuple[float, str, T]], bins: int) -> list[tup
     return [(round(load, 1), content) for load, content in zip(loads, contents, strict=True)]
 
 
+def needed_pythons(made_on: Iterable[Build | Runtime]) -> list[str]:
+    """The CPython versions (3.10, 3.13t) these builds' and runtimes' envs are made on, sorted by version: what a
+    CI job must set up (actions/setup-python) before it runs them. An interpreter the matrix gives by path is
+    the machine's own, not one to set up: it is left out."""
+    versions = {x.python for x in made_on if x.interpreter is None}
+    return sorted(versions, key=lambda v: (tuple(int(p) for p in v.rstrip("t").split(".")), v.endswith("t")))
+
+
+def cell_pythons(cells: Iterable[Cell]) -> list[str]:
+    """needed_pythons of the cells' builds and runtimes: what a job that builds and runs them sets up."""
+    return needed_pythons(x for c in cells for x in (c.build, c.runtime))
+
+
 def runtime_of(cell_id: str) -> str:
     """A cell id's runtime id (what follows its `~`)."""
     return cell_id.rpartition("~")[2]
@@ -185,7 +198,8 @@ def fan_out(
     """The job matrix for a CI fan-out, in the shape GitHub Actions' `strategy.matrix` takes as it is
     (`matrix: ${{ fromJSON(needs.plan.outputs.shards) }}`): one `include` entry per shard, so each
     job sees `matrix.shard` ("2/3") and, for its name, `matrix.cells` and `matrix.estimated_seconds`;
-    split by runtime, also `matrix.runtimes` (their ids, space-separated). No other top-level key:
+    split by runtime, also `matrix.runtimes` (their ids, space-separated). Each names `matrix.pythons`, the
+    CPythons its job sets up (by runtime: its runtimes'; by cells: its builds' too). No other top-level key:
     Actions would read it as another axis of the matrix.
 
     More shards than cells is bad input: the fan-out would start jobs with nothing to run. (One shard of a
@@ -198,6 +212,7 @@ def fan_out(
                     "runtimes": " ".join(dict.fromkeys(c.runtime.id for c in part.cells)),
                     "cells": len(part.cells),
                     "estimated_seconds": round(part.seconds, 1),
+                    "pythons": needed_pythons(c.runtime for c in part.cells),  # its builds come made
                 }
                 for part in partition_by_runtime(plan.cells, count)
             ]
@@ -211,19 +226,30 @@ def fan_out(
         )
     return {
         "include": [
-            {"shard": str(part.shard), "cells": len(part.cells), "estimated_seconds": part.seconds}
+            {
+                "shard": str(part.shard),
+                "cells": len(part.cells),
+                "estimated_seconds": part.seconds,
+                "pythons": cell_pythons(part.cells),
+            }
             for part in partition(plan.cells, count, durations)
         ]
     }
 
 
 def build_jobs(plan: Plan) -> dict[str, Any]:
-    """The job matrix of the build jobs: one per build torch (its env is the only one such a job makes),
-    each naming how many of the plan's builds it makes (`build --torch T` makes them)."""
-    counts: dict[str, int] = {}
+    """The job matrix of the build jobs: one per build torch (its envs are the only ones such a job makes),
+    each naming how many of the plan's builds it makes (`build --torch T` makes them) and the CPythons they
+    are made on."""
+    by_torch: dict[str, list[Build]] = {}
     for build in plan.needed_builds:
-        counts[str(build.torch)] = counts.get(str(build.torch), 0) + 1
-    return {"include": [{"torch": torch, "builds": n} for torch, n in counts.items()]}
+        by_torch.setdefault(str(build.torch), []).append(build)
+    return {
+        "include": [
+            {"torch": torch, "builds": len(builds), "pythons": needed_pythons(builds)}
+            for torch, builds in by_torch.items()
+        ]
+    }
 
 
 def plan_json(plan: Plan) -> dict[str, Any]:
@@ -234,6 +260,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         "matrix": identity.matrix,
         "digest": identity.digest,
         "shard": identity.shard.to_json() if identity.shard else None,
+        "pythons": cell_pythons(plan.cells),
         "cells": [
             {
                 "id": cell.id,
