@@ -32,7 +32,7 @@ from torch_abi_harness.execute import sandbox
 from torch_abi_harness.plan import Plan, make_plan
 from torch_abi_harness.provision.envs import Env, EnvManager, EnvSpec, default_cache_dir
 from torch_abi_harness.provision.sources import ResolvedSources, resolve_sources, uv_binary
-from torch_abi_harness.run.pipeline import env_spec
+from torch_abi_harness.run.prepare import env_spec
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -190,3 +190,15 @@ def test_an_interrupted_run_keeps_the_mutant_cells_that_finished(tmp_path: Path)
     assert not report.ok and report.to_json()["interrupted"] is True
     assert f"interrupted after {len(finished)} of {len(todo)} mutant cell(s)" in report.to_json()["problems"][-1]
     assert f"interrupted after {len(finished)} of {len(todo)}" in report.markdown()
+
+
+def test_a_score_whose_survivors_are_all_justified_equivalents_says_so() -> None:
+    """Nothing killed and every survivor justified: the adjusted score is undefined, and the text says why
+    (it raised a TypeError formatting None)."""
+    score = Score(survived=2, equivalent=2)
+    assert score.adjusted is None
+    assert score.text() == "0% (0 of 2 killed, every survivor a justified equivalent)"
+    assert (
+        Score(killed=1, survived=1, equivalent=1).text()
+        == "50% (1 of 2 killed, 100% without the justified equivalents)"
+    )

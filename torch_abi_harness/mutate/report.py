@@ -75,7 +75,12 @@ class Score:
     def text(self) -> str:
         if self.score is None:
             return "no applicable mutant"
-        adjusted = f", {self.adjusted:.0%} without the justified equivalents" if self.equivalent else ""
+        if not self.equivalent:
+            adjusted = ""
+        elif self.adjusted is None:  # nothing killed, every survivor justified: no score is left to give
+            adjusted = ", every survivor a justified equivalent"
+        else:
+            adjusted = f", {self.adjusted:.0%} without the justified equivalents"
         return f"{self.score:.0%} ({self.killed} of {self.killed + self.survived} killed{adjusted})"
 
     def strength_text(self) -> str:
