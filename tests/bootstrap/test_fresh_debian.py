@@ -7,12 +7,16 @@ adds is what this machine's network needs of any machine behind it (its proxy's 
 reachable from here: the same script covers it (docs/ says how), untested.
 """
 
+import contextlib
+import json
 import os
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,14 +32,19 @@ STOCK_ENV = {  # what a fresh root login has: none of this host's PIP_*/UV_* set
 }
 
 
-@pytest.fixture(scope="module")
-def debian(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+@contextlib.contextmanager
+def stock_root(factory: pytest.TempPathFactory, name: str, include: tuple[str, ...] = ()) -> Iterator[Path]:
+    """A Debian 12 minbase root (with `include`'s packages, if any), this checkout cloned into /src, this machine's
+    network needs (its proxy's CA, its resolver) and /proc, /sys, /dev bound in; unmounted and removed after."""
     if os.geteuid() != 0 or shutil.which("debootstrap") is None:
         pytest.fail(
             "this test makes a Debian root filesystem: it needs root and debootstrap (apt-get install debootstrap)"
         )
-    root = tmp_path_factory.mktemp("debian12") / "root"
-    subprocess.run(["debootstrap", "--variant=minbase", "bookworm", root, MIRROR], check=True, capture_output=True)
+    root = factory.mktemp(name) / "root"
+    extra = [f"--include={','.join(include)}"] if include else []
+    subprocess.run(
+        ["debootstrap", "--variant=minbase", *extra, "bookworm", root, MIRROR], check=True, capture_output=True
+    )
     subprocess.run(["git", "clone", "--quiet", REPO, root / "src"], check=True)
     for script in ("bootstrap.sh", "dockerd.sh"):  # the working tree's, committed or not
         shutil.copy(REPO / "ci" / script, root / "src" / "ci" / script)
@@ -46,16 +55,22 @@ def debian(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     shutil.copy("/etc/resolv.conf", root / "etc/resolv.conf")
     mounted = []
     try:
-        for name in ("proc", "sys", "dev"):  # recursive: dockerd needs the cgroup mounts under /sys
-            subprocess.run(["mount", "--rbind", f"/{name}", root / name], check=True)
-            mounted.append(root / name)
-            subprocess.run(["mount", "--make-rslave", root / name], check=True)
+        for mount in ("proc", "sys", "dev"):  # recursive: dockerd needs the cgroup mounts under /sys
+            subprocess.run(["mount", "--rbind", f"/{mount}", root / mount], check=True)
+            mounted.append(root / mount)
+            subprocess.run(["mount", "--make-rslave", root / mount], check=True)
         yield root
     finally:
         for point in reversed(mounted):
             subprocess.run(["umount", "--recursive", "--lazy", point], check=False)
         if not any(p.is_mount() for p in mounted):
             shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def debian(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    with stock_root(tmp_path_factory, "debian12") as root:
+        yield root
 
 
 def chroot(root: Path, script: str) -> subprocess.CompletedProcess[str]:
@@ -117,3 +132,73 @@ def test_the_main_jobs_line_keeps_a_real_cells_promise(debian: Path) -> None:
     assert "-> 1 cells selected" in said, said[-4000:]
     assert re.search(rf"PASS +kept .*{re.escape(ONE_CELL)}", said), said[-4000:]
     assert "every promise kept (exit 0)" in said, said[-4000:]
+
+
+def test_the_main_jobs_build_is_skipped_naming_python3_dev_when_pythons_headers_are_gone(debian: Path) -> None:
+    """The same cell with Python's headers removed (as on a machine that never had them): the build is not even
+    attempted, its row and its cell are SKIPPED naming python3-dev, and the run says nothing was proven (exit 4),
+    never a broken promise. A cache of its own, so the build the cell above cached is not reused."""
+    removed = chroot(debian, "apt-get remove -y -qq python3-dev python3.11-dev libpython3.11-dev")
+    assert removed.returncode == 0, removed.stdout + removed.stderr
+    try:
+        line = (
+            f"nox -s matrix -- -k '{ONE_CELL}' --find-links /wheels --reports-dir /tmp/no-headers "
+            "--cache-dir /tmp/no-headers-cache"
+        )
+        done = chroot(debian, f"export PATH=$PWD/.bootstrap/venv/bin:$PATH; {line}")
+        said = done.stdout + done.stderr
+        assert done.returncode == 4, said[-4000:]  # nothing proven; a broken promise would be 1
+        run = json.loads((debian / "tmp/no-headers/latest/results.json").read_text())
+        (cell,) = run["cells"]
+        (build,) = run["build_results"]
+        assert (cell["id"], cell["status"], cell["verdict"]) == (ONE_CELL, "SKIPPED", "skipped"), cell
+        assert build["verdict"] == "skipped" and "python3-dev" in build["reason"], build
+    finally:
+        chroot(debian, "apt-get install -y -qq python3-dev")
+
+
+# A root with CPython alone: no compiler, no binutils (no c++filt, no readelf), as in a python:*-slim image.
+SLIM = ("python3", "python3-venv", "ca-certificates")
+
+
+def test_check_on_a_python_only_root_gives_the_answers_it_gives_here(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    """`check` needs no external tool: on a root with CPython alone it answers for a classic (unstable C++) wheel
+    and a stable one exactly as on this machine, where c++filt and readelf are on PATH."""
+    built = tmp_path / "built"
+    make = [sys.executable, "-m", "torch_abi_harness", "build", "--torch", "2.13.0", "--out", built]
+    for selector in ("classic_ops@b2.13.0", "stable_basic@b2.13.0-t2.10"):
+        make += ["-k", selector]
+    done = subprocess.run(make, cwd=REPO, capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    wheels = sorted(built.rglob("*.whl"))
+    assert {w.name.split("-")[0] for w in wheels} == {"classic_ops", "stable_basic"}, wheels
+    here = {w.name: check_json([sys.executable, "-m", "torch_abi_harness"], w) for w in wheels}
+    assert shutil.which("c++filt"), "this machine's answers are meant to be the ones with binutils"
+    with stock_root(tmp_path_factory, "slim", SLIM) as root:
+        tools = chroot(root, "command -v g++ cc c++filt readelf nm objdump || true").stdout.split()
+        assert tools == [], f"not a python-only root: {tools}"
+        for wheel in wheels:
+            shutil.copy(wheel, root / wheel.name)
+        setup = chroot(root, "update-ca-certificates >/dev/null && python3 -m venv /v && /v/bin/pip -q install /src")
+        assert setup.returncode == 0, setup.stdout[-3000:] + setup.stderr[-3000:]
+        inside = ["chroot", str(root), "/v/bin/python", "-m", "torch_abi_harness"]
+        there = {w.name: check_json(inside, Path("/", w.name)) for w in wheels}
+    assert there == here
+    answers: dict[str, Any] = {name.split("-")[0]: data for name, data in here.items()}
+    classic, stable = answers["classic_ops"], answers["stable_basic"]
+    assert classic["imports"]["unstable"] and {p["outcome"] for p in classic["predictions"]} == {"unknown"}
+    assert not stable["imports"]["unstable"] and stable["loads_from"] == "2.10.0"
+
+
+def check_json(program: list[str], wheel: Path) -> dict[str, object]:
+    """`check --json` of a wheel, with where it was read from left out (the paths differ between the roots)."""
+    env = {**STOCK_ENV, "PIP_CERT": "/etc/ssl/certs/ca-certificates.crt"}
+    done = subprocess.run(
+        [*program, "check", "--json", str(wheel)], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode in (0, 1), done.stdout[-2000:] + done.stderr[-2000:]
+    data: dict[str, object] = json.loads(done.stdout)
+    data.pop("artifact", None)
+    return data
