@@ -51,16 +51,19 @@ def promise(
 ) -> Promise:
     """What the cell should do. From the matrix alone (the plan, before anything is built): T <= min(B, R)
     passes, T > B fails to build, T > R fails to load. With the built artifact and the runtime as
-    prepared, first what the artifact needs besides torch's symbols: the wheel's Python ABI and the
-    CUDA major its libraries name; a load failure is expected where the runtime lacks one. `built_for`:
+    prepared, first what the artifact needs besides torch's symbols: the wheel's Python ABI, the host libraries
+    this machine lacks, the CUDA major its libraries name, the NVIDIA driver; a load failure is expected where the
+    runtime lacks one, of the class of the first (artifact.unmet's order), for a reason naming all of them. `built_for`:
     the level the build was really compiled for (its compiler's -DTORCH_TARGET_VERSION, its imports),
     where that differs from the matrix's target: the binary is promised what it is, not what was asked.
     A published wheel whose build torch is unknown (its metadata and files name none) is promised by T alone
     when stable, and nothing (class unknown-build) when not: B is never guessed."""
     build, run = cell.build, cell.runtime
     if artifact is not None and runtime is not None:
-        for problem in unmet(artifact, runtime, any_cuda_major=build.cuda is CudaPolicy.ANY)[:1]:
-            return Promise(Expected.LOAD_FAILED, problem.why, problem.condition)
+        problems = unmet(artifact, runtime, any_cuda_major=build.cuda is CudaPolicy.ANY)
+        if problems:  # the first decides the class; the reason names every cause
+            why = "; and ".join(problem.why for problem in problems)
+            return Promise(Expected.LOAD_FAILED, why, problems[0].condition)
     target = built_for or build.effective_target
     b_level, r_level = ApiLevel.of(build.torch), ApiLevel.of(run.torch)
     published = build.extension.published

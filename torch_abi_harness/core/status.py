@@ -27,7 +27,8 @@ class Condition(enum.StrEnum):
     files (known at plan time); python-abi,
     no-cuda and cuda-major from the built artifact (its wheel tags and DT_NEEDED) against the
     runtime as prepared, and no-driver against the runner (its NVIDIA driver), so they are decided
-    after the build; host-library from the loader's error, after the cell ran.
+    after the build; host-library from its DT_NEEDED against this machine's loader, after the build too (and from
+    the loader's error, after the cell ran, for a library the cell's sandbox does not show).
     """
 
     TORCH_ABI = "torch-abi"  # T <= min(B, R) promised; T > R: the load fails (undefined symbol)

@@ -14,7 +14,7 @@ import os
 import platform
 import shlex
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from torch_abi_harness.provision.toolchain import find_nvcc
@@ -75,3 +75,42 @@ def _version_line(argv: list[str], *, first: bool) -> str | None:
         return None
     lines = [line.strip() for line in out.splitlines() if line.strip()]
     return (lines[0] if first else lines[-1]) if lines else None
+
+
+# Where the loader looks without being told (ld.so's trusted directories, Debian's multiarch ones among them).
+DEFAULT_LIBRARY_DIRS = (
+    "/lib",
+    "/lib64",
+    "/usr/lib",
+    "/usr/lib64",
+    f"/lib/{platform.machine()}-linux-gnu",
+    f"/usr/lib/{platform.machine()}-linux-gnu",
+)
+
+
+@functools.cache
+def loader_cache() -> frozenset[str]:
+    """The sonames in this machine's loader cache (`ldconfig -p`): what dlopen finds by name beyond LD_LIBRARY_PATH
+    and the default directories; empty where there is no ldconfig."""
+    for ldconfig in ("ldconfig", "/sbin/ldconfig", "/usr/sbin/ldconfig"):
+        try:
+            listing = subprocess.run([ldconfig, "-p"], capture_output=True, text=True, timeout=30).stdout
+        except (OSError, subprocess.SubprocessError):
+            continue
+        return frozenset(line.strip().split(" ", 1)[0] for line in listing.splitlines()[1:] if " => " in line)
+    return frozenset()
+
+
+def loader_finds(soname: str, environ: Mapping[str, str] | None = None) -> bool:
+    """Whether this machine's loader would find the library by its soname, as dlopen looks: LD_LIBRARY_PATH, the
+    loader cache, the default directories. Asked, never loaded: nothing of the library runs in the harness."""
+    environ = os.environ if environ is None else environ
+    if soname in loader_cache():
+        return True
+    dirs = [d for d in environ.get("LD_LIBRARY_PATH", "").split(":") if d]
+    return any(os.path.exists(os.path.join(d, soname)) for d in (*dirs, *DEFAULT_LIBRARY_DIRS))
+
+
+def missing_here(sonames: Iterable[str]) -> tuple[str, ...]:
+    """The libraries this machine's loader does not find (loader_finds), in their order."""
+    return tuple(name for name in sonames if not loader_finds(name))

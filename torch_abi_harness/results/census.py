@@ -13,7 +13,7 @@ import datetime
 from torch_abi_harness.core.status import Condition
 from torch_abi_harness.results.cases import PublishedBuild
 from torch_abi_harness.results.model import CellResult, RunResult
-from torch_abi_harness.static.host_libraries import is_host_library, usual_package
+from torch_abi_harness.static.host_libraries import is_host_library, named_in, usual_package
 from torch_abi_harness.verdict import Verdict
 
 MARK_BEGIN, MARK_END = "<!-- census:begin -->", "<!-- census:end -->"
@@ -132,8 +132,9 @@ def _class_of(cell: CellResult, *, detailed: bool = False) -> str:
     """Why a cell proves nothing, in a word (its class), with the libraries for host-library when detailed."""
     if cell.verdict is Verdict.EXPECTED_FAILURE and cell.expected_class:
         if detailed and cell.expected_class is Condition.HOST_LIBRARY:
-            missing = sorted(
-                {m.missing_library for m in cell.modules if m.missing_library and is_host_library(m.missing_library)}
+            missing = sorted(  # the promise's (decided before the run) and what the loader said it missed
+                {*named_in(cell.expected_why)}
+                | {m.missing_library for m in cell.modules if m.missing_library and is_host_library(m.missing_library)}
             )
             package = next((p for m in missing if (p := usual_package(m))), None)
             return f"host-library: {', '.join(missing)}" + (f", from {package}" if package else "")

@@ -164,7 +164,7 @@ class CellRunner:
         execution, outcome = self.execute(request)
         outcome = self.reconsider(request, execution, outcome)
         probe = outcome.probe
-        expectation = host_library_promise(outcome) or expectation
+        expectation = host_library_promise(outcome, expectation) or expectation
         startup = probe.plugin_started
         observed = Observed(
             status=outcome.status,
@@ -250,9 +250,13 @@ class CellRunner:
         return judge_cell(cell, observed, expectation)
 
 
-def host_library_promise(outcome: CellOutcome) -> Promise | None:
+def host_library_promise(outcome: CellOutcome, decided: Promise | None = None) -> Promise | None:
     """A cell that failed to load only for want of host libraries (neither torch's nor CUDA's) is an expected
-    failure of class host-library, naming the library; None when anything else kept it from loading."""
+    failure of class host-library, naming the library; None when anything else kept it from loading. A promise of
+    that class decided before the run (this machine's loader lacks a library: artifact.unmet) stands as it is: it
+    names every cause, a CUDA major the loader may have stopped at first among them."""
+    if decided is not None and decided.condition is Condition.HOST_LIBRARY:
+        return decided
     if outcome.status is not Status.LOAD_FAILED:
         return None
     probe = outcome.probe

@@ -30,7 +30,7 @@ from torch_abi_harness.execute.api import Executor, RuntimeHandle
 from torch_abi_harness.execute.forkserver import ForkserverBackend
 from torch_abi_harness.execute.venv import VenvBackend
 from torch_abi_harness.plan import Build, Cell, Plan, Runtime
-from torch_abi_harness.provision.host import HostFacts
+from torch_abi_harness.provision.host import HostFacts, missing_here
 from torch_abi_harness.provision.sources import resolve_sources
 from torch_abi_harness.render.report import write_report
 from torch_abi_harness.results.cases import PublishedBuild
@@ -299,14 +299,18 @@ class Pipeline:
 
 def read_artifacts(builds: dict[Build, BuildResult]) -> Artifacts:
     """Each built wheel's ELF, read once: the torch symbols it imports (for prediction) and its DT_NEEDED
-    and tags (for the promise and prediction). A file that cannot be read as ELF (a damaged library) is
-    left out, with a warning: its cells keep the plan's promise and go unpredicted, and still run."""
+    and tags (for the promise and prediction), and which host libraries it needs that this machine's loader
+    lacks (a condition of every runtime alike, decided here, before any cell runs). A file that cannot be read
+    as ELF (a damaged library) is left out, with a warning: its cells keep the plan's promise and go unpredicted,
+    and still run."""
     artifacts: Artifacts = {}
     for build, result in builds.items():
         if result.ok and result.wheel:
             try:
                 objects = read_artifact(result.wheel)
-                artifacts[build] = (ArtifactImports.of(objects), ArtifactFacts.of(result.wheel, objects))
+                facts = ArtifactFacts.of(result.wheel, objects)
+                facts = dataclasses.replace(facts, host_missing=missing_here(facts.host))  # before any cell: on all
+                artifacts[build] = (ArtifactImports.of(objects), facts)
             except (ELFError, OSError, HarnessError) as exc:
                 log.warning("%s: cannot read the built wheel's ELF symbols, no prediction: %s", build.id, exc)
     return artifacts

@@ -1,4 +1,4 @@
-"""What a built artifact asks of a runtime besides torch's symbols: a CUDA major and a Python ABI.
+"""What a built artifact asks of a runtime besides torch's symbols: a CUDA major, a Python ABI, host libraries.
 
 Both are read from the artifact itself, never from configuration: the CUDA libraries its shared
 objects name in DT_NEEDED (``libtorch_cuda.so``: any CUDA build of torch; ``libcudart.so.13``:
@@ -20,16 +20,10 @@ from packaging.tags import Tag, compatible_tags, cpython_tags, parse_tag
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from torch_abi_harness.core.status import Condition
+from torch_abi_harness.static import host_libraries
+from torch_abi_harness.static.sonames import CUDA_MAJOR_LIBRARY, OTHER_CUDA_LIBRARY, TORCH_CUDA_LIBRARY
 from torch_abi_harness.static.symbols import SharedObject, read_artifact
 
-# torch's own CUDA libraries: every CUDA build of torch ships them, a CPU build none of them.
-TORCH_CUDA_LIBRARY = re.compile(r"^lib(torch_cuda\w*|c10_cuda|caffe2_nvrtc|torch_nvshmem)\.so$")
-# CUDA libraries whose soname number is the CUDA major (measured in torch's cu128, cu130 and cu132
-# dependency wheels: libcudart.so.12 / .13, libcublas.so.12 / .13, libnvrtc.so.12 / .13 ...).
-CUDA_MAJOR_LIBRARY = re.compile(r"^lib(cudart|cublas|cublasLt|nvrtc|nvJitLink|nvblas|cupti)\.so\.(\d+)$")
-# CUDA libraries numbered by their own versions (libcufft.so.11 in CUDA 12, .12 in 13; libcudnn.so.9):
-# they need a CUDA build of torch, but say nothing about its major.
-OTHER_CUDA_LIBRARY = re.compile(r"^lib(cufft|curand|cusolver|cusparse|cudnn|nccl|nvshmem)\w*\.so")
 # The NVIDIA driver's own libraries: installed with the GPU driver, never by torch, CUDA wheels or a toolkit (a
 # toolkit's stubs/libcuda.so only links); a machine without a GPU driver has none of them.
 DRIVER_LIBRARY = re.compile(r"^lib(?:cuda\.so(?:\.\d+)*|nvidia-[\w.-]+\.so(?:\.\d+)*)$")
@@ -76,12 +70,17 @@ class ArtifactFacts:
 
     needed: tuple[str, ...]
     tags: frozenset[Tag] = frozenset()
+    host: tuple[str, ...] = ()  # what it needs of the host system: not torch's, CUDA's, Python's, libc's, nor its own
+    host_missing: tuple[str, ...] = ()  # those of `host` this machine's loader does not find (decided before a run)
 
     @classmethod
     def of(cls, path: Path, objects: Sequence[SharedObject] | None = None) -> ArtifactFacts:
         """objects: the artifact's shared objects when already read (read_artifact), else read here."""
         found = read_artifact(path) if objects is None else objects
-        return cls(tuple(sorted({name for o in found for name in o.needed})), wheel_tags(path))
+        needed = tuple(sorted({name for o in found for name in o.needed}))
+        bundled = {Path(o.name).name for o in found} | {o.soname for o in found if o.soname}
+        host = tuple(n for n in needed if host_libraries.is_host_library(n) and n not in bundled)
+        return cls(needed, wheel_tags(path), host)
 
     @property
     def cuda_libraries(self) -> tuple[str, ...]:
@@ -161,8 +160,10 @@ def python_problem(tags: frozenset[Tag], python: str) -> str | None:
 
 
 def unmet(artifact: ArtifactFacts, runtime: RuntimeFacts, *, any_cuda_major: bool = False) -> tuple[Unmet, ...]:
-    """What the artifact needs and the runtime does not provide: Python ABI first, then CUDA, then the
-    NVIDIA driver (last: a build that also needs a CUDA the runtime lacks is classed by that).
+    """What the artifact needs and the runtime does not provide, in the order the promise classes it by (the first
+    decides): Python ABI first (the wheel never installs), then the host system's libraries that this machine lacks
+    (on every runtime alike: no torch provides them), then CUDA, then the NVIDIA driver (last: a build that also
+    needs a CUDA the runtime lacks is classed by that).
 
     any_cuda_major: the build declares it works across CUDA majors (`cuda: any`): a different
     major is no condition; a torch without CUDA still is."""
@@ -170,6 +171,8 @@ def unmet(artifact: ArtifactFacts, runtime: RuntimeFacts, *, any_cuda_major: boo
     why = python_problem(artifact.tags, runtime.python)
     if why:
         found.append(Unmet(Condition.PYTHON_ABI, why))
+    if artifact.host_missing:
+        found.append(Unmet(Condition.HOST_LIBRARY, host_libraries.describe_all(artifact.host_missing)))
     cuda = artifact.cuda_libraries
     if cuda and runtime.cuda is None:
         found.append(Unmet(Condition.NO_CUDA, f"needs {cuda[0]}; torch {runtime.torch} is a build without CUDA"))

@@ -9,9 +9,10 @@ import fnmatch
 import functools
 import json
 import re
+from collections.abc import Sequence
 from importlib import resources
 
-from torch_abi_harness.static.artifact import CUDA_MAJOR_LIBRARY, OTHER_CUDA_LIBRARY, TORCH_CUDA_LIBRARY
+from torch_abi_harness.static.sonames import CUDA_MAJOR_LIBRARY, OTHER_CUDA_LIBRARY, TORCH_CUDA_LIBRARY
 
 # What torch's wheels, CUDA's, the NVIDIA driver (libcuda, libnvidia-*: class no-driver) and the C/C++ runtime
 # provide: never a host library.
@@ -67,6 +68,26 @@ def missing_host_library(error: str) -> str | None:
 
 def describe(soname: str) -> str:
     """Why a cell missing this library is an expected failure, in words."""
-    package = usual_package(soname)
-    source = f"usually from {package}" if package else "no package is known for it here"
-    return f"needs {soname}, which neither torch nor CUDA provides and this runtime's system lacks ({source})"
+    return describe_all([soname])
+
+
+def describe_all(sonames: Sequence[str]) -> str:
+    """Why a cell missing these libraries is an expected failure, in words: each library, then who usually provides
+    them ('needs libavutil.so.59, which neither torch nor CUDA provides ... (usually from FFmpeg (Debian: ...))')."""
+    packages = list(dict.fromkeys(usual_package(s) for s in sonames))
+    sources = "; ".join(f"usually from {p}" if p else "no package is known for it here" for p in packages)
+    return (
+        f"needs {', '.join(sonames)}, which neither torch nor CUDA provides and this runtime's system lacks ({sources})"
+    )
+
+
+# The libraries describe_all names, read back from a promise's reason (results.json keeps the reason, not the list).
+DESCRIBED = re.compile(
+    r"needs ((?:[\w.+-]+\.so[.\d]*)(?:, [\w.+-]+\.so[.\d]*)*), which neither torch nor CUDA provides"
+)
+
+
+def named_in(why: str) -> list[str]:
+    """The host libraries a promise's reason names (describe_all's), in its order; none when it names none."""
+    match = DESCRIBED.search(why)
+    return match[1].split(", ") if match else []
