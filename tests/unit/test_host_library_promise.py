@@ -3,20 +3,25 @@ the C/C++ runtime nor its own wheel provides, and that this machine's loader doe
 run (artifact.unmet), so the cell is class host-library on every runtime alike, whatever else the runtime lacks;
 the reason names every cause (torchcodec 0.12.0's libavutil.so.56-60 and CUDA 13, say)."""
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 from packaging.utils import parse_wheel_filename
 
+from tests.unit.test_published_wheels import cell, census_run
 from torch_abi_harness.config.matrix import load_matrix
 from torch_abi_harness.core.status import Condition, Status
+from torch_abi_harness.execute.plain_load import PlainLoad, found_in, host_difference
 from torch_abi_harness.plan import Cell, make_plan
 from torch_abi_harness.provision.host import loader_finds, missing_here
+from torch_abi_harness.results.cases import ModuleLoad, PublishedBuild
+from torch_abi_harness.results.census import OUTSIDE, census, document
 from torch_abi_harness.run.cells import host_library_promise
 from torch_abi_harness.static.artifact import ArtifactFacts, RuntimeFacts, unmet
 from torch_abi_harness.static.host_libraries import describe, describe_all, named_in
 from torch_abi_harness.static.symbols import SharedObject
-from torch_abi_harness.verdict import Expected, Promise, promise
+from torch_abi_harness.verdict import Expected, Promise, Verdict, promise
 
 CODEC_CUDA13 = ("libavutil.so.59", "libc10.so", "libcudart.so.13", "libtorch_cpu.so", "libtorch_cuda.so", "libc.so.6")
 WHEEL = parse_wheel_filename("codec_ops-0.1.0-cp39-abi3-linux_x86_64.whl")[3]
@@ -116,3 +121,53 @@ def test_a_host_library_promise_decided_before_the_run_stands_whatever_the_loade
     )
     outcome = type("Outcome", (), {"status": Status.LOAD_FAILED})()
     assert host_library_promise(outcome, decided) is decided  # type: ignore[arg-type]
+
+
+# --- census --verify: the same module inside the cells' sandbox and outside it. A test cannot make a directory the
+# sandbox hides (it hides the loader cache's CUDA toolkit directories, which only root's ldconfig registers), so the
+# comparison is tested on plain-load results as the two loads report them.
+CUTLASS = "/tmp/census-verify-x/torchao/_C_cutlass_90a.abi3.so"
+TOOLKIT = "/usr/local/cuda-13.0/targets/x86_64-linux/lib"
+HIDDEN = "libcudart.so.13: cannot open shared object file: No such file or directory"
+
+
+def test_a_module_the_host_toolkit_lets_load_is_a_finding_naming_the_directory() -> None:
+    inside = PlainLoad({CUTLASS: HIDDEN}, ("/usr/lib/x86_64-linux-gnu/libc.so.6",))
+    outside = PlainLoad({CUTLASS: None}, ("/usr/lib/x86_64-linux-gnu/libc.so.6", f"{TOOLKIT}/libcudart.so.13.0.96"))
+    assert host_difference(CUTLASS, inside, outside) == (
+        f"loads outside the sandbox, finding libcudart.so.13 in {TOOLKIT}, which a cell does not see"
+    )
+    assert host_difference(CUTLASS, inside, inside) is None  # the same both ways: nothing to say
+    assert host_difference(CUTLASS, outside, outside) is None
+    assert host_difference(CUTLASS, outside, inside) == f"loads in the sandbox, fails outside it: {HIDDEN}"
+    assert found_in("libcudart.so.13", outside.mapped) == TOOLKIT
+    assert found_in("libcudart.so.12", outside.mapped) is None
+
+
+def test_the_census_page_lists_the_findings_under_the_package() -> None:
+    module = ModuleLoad("torchao/_C_cutlass_90a.abi3.so", HIDDEN, None, "libcudart.so.13")
+    failed = cell("2.10.0", "2.10.0+cu128", Verdict.EXPECTED_FAILURE, (module,), expected_class=Condition.CUDA_MAJOR)
+    published = PublishedBuild(
+        "torchao-0.18.0@b2.11.0-t2.11", "torchao==0.18.0", "t.whl", "https://x/t.whl", "a" * 64, None, "b", "t"
+    )
+    run = census_run((failed,), published)
+    packages = census(run)
+    label = packages[0].label
+    finding = f"cell {CUTLASS.rsplit('/', 1)[-1]}: loads outside the sandbox, finding libcudart.so.13 in {TOOLKIT}"
+    lines = document(run, packages, findings={label: [finding]})
+    assert lines[lines.index(OUTSIDE) + 2] == f"- {finding}"
+    assert lines.index(f"### {label}") < lines.index(OUTSIDE)
+    assert OUTSIDE not in document(run, packages)  # without --verify, nothing is said
+
+
+def test_the_census_names_host_libraries_the_promise_named_where_the_loader_stopped_at_cuda() -> None:
+    """On torch+cu128 torchcodec's module stops at libcudart.so.13: the census still names FFmpeg's library."""
+    module = ModuleLoad("torchcodec/libtorchcodec_core7.so", HIDDEN, None, "libcudart.so.13")
+    why = f"{describe('libavutil.so.59')}; and needs libcudart.so.13; torch 2.10.0+cu128 ships CUDA 12"
+    failed = cell("2.10.0", "2.10.0+cu128", Verdict.EXPECTED_FAILURE, (module,), expected_class=Condition.HOST_LIBRARY)
+    failed = dataclasses.replace(failed, expected_why=why)
+    published = PublishedBuild(
+        "c@b2.11.0-t2.11", "torchcodec==0.12.0", "t.whl", "https://x/t.whl", "a" * 64, None, "b", "t"
+    )
+    (package,) = census(census_run((failed,), dataclasses.replace(published, build=failed.build_id)))
+    assert "host-library: libavutil.so.59, from FFmpeg" in package.line()

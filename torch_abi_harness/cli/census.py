@@ -19,7 +19,7 @@ from torch_abi_harness.cli.reports import read_page
 from torch_abi_harness.config import DEFAULT_PYTHON, Sources
 from torch_abi_harness.core.errors import BadInputError, ExitCode
 from torch_abi_harness.core.files import file_digest, write_atomic
-from torch_abi_harness.execute.plain_load import plain_load
+from torch_abi_harness.execute.plain_load import host_difference, plain_load
 from torch_abi_harness.plan import cell_id_parts
 from torch_abi_harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
 from torch_abi_harness.provision.sources import resolve_sources
@@ -74,12 +74,12 @@ def cmd_census(args: argparse.Namespace) -> int:
     packages = census(run)
     if not packages:
         raise BadInputError(f"{args.report}: the run has no published wheel (a build `wheel: <requirement>`)")
-    lines = document(run, packages)
+    code, findings = int(ExitCode.OK), dict[str, list[str]]()
+    if args.verify:
+        code, findings = verify(run, packages, (args.cache_dir or default_cache_dir()).absolute())
+    lines = document(run, packages, findings=findings)
     for line in lines:
         console.print(escape(line), soft_wrap=True, highlight=False)
-    code = int(ExitCode.OK)
-    if args.verify:
-        code = verify(run, packages, (args.cache_dir or default_cache_dir()).absolute())
     if page is None or text is None:
         return code
     fresh = splice(text, lines, str(page), markers, "census")
@@ -100,23 +100,31 @@ def _content(text: str) -> list[str]:
     return [line for line in text.splitlines() if not line.startswith(MADE_ON)]
 
 
-def verify(run: RunResult, packages: list[PackageCensus], cache: Path) -> int:
+def verify(run: RunResult, packages: list[PackageCensus], cache: Path) -> tuple[int, dict[str, list[str]]]:
     """Every module of every cell loaded the plain way in that cell's runtime env: where the plain load and the
-    run's record (loaded, or not) disagree, said and exit 1."""
+    run's record (loaded, or not) disagree, said and exit 1. Each is loaded outside the sandbox too: where that
+    differs, a finding per package (the host offers what a cell does not see), said, never a disagreement."""
     envs = EnvManager(cache, resolve_sources(Sources()))
+    findings: dict[str, list[str]] = {}
     try:
-        disagreements, checked = _verify(packages, cache, envs)
+        disagreements, checked = _verify(packages, cache, envs, findings)
     finally:
         envs.release()
+    for label, found in findings.items():
+        for finding in found:
+            console.print(f"[yellow]host[/] {escape(label)}: {escape(finding)}", soft_wrap=True)
     if disagreements:
         console.print(f"[bold red]{disagreements} of {checked} plain loads disagree with the run[/] (exit 1)")
-        return int(ExitCode.BROKEN)
+        return int(ExitCode.BROKEN), findings
     console.print(f"verified: {checked} plain loads (`import torch; ctypes.CDLL(module)`) agree with the run")
-    return int(ExitCode.OK)
+    return int(ExitCode.OK), findings
 
 
-def _verify_file(wheel: Path, rows: list[RuntimeRow], cache: Path, envs: EnvManager) -> tuple[int, int]:
-    """One published file's modules, extracted, loaded the plain way on each of its cells' runtimes."""
+def _verify_file(
+    wheel: Path, rows: list[RuntimeRow], cache: Path, envs: EnvManager, findings: list[str]
+) -> tuple[int, int]:
+    """One published file's modules, extracted, loaded the plain way on each of its cells' runtimes, in the sandbox
+    (held against the run) and outside it (a difference is appended to findings)."""
     disagreements = checked = 0
     with tempfile.TemporaryDirectory(prefix="census-verify-", dir=cache / "tmp") as tmp:
         with zipfile.ZipFile(wheel) as archive:  # every shared object: a module finds its siblings beside it
@@ -126,7 +134,14 @@ def _verify_file(wheel: Path, rows: list[RuntimeRow], cache: Path, envs: EnvMana
             parts = cell_id_parts(row.cell.id) or {}
             python = row.cell.runtime_python or DEFAULT_PYTHON
             env = envs.ensure(EnvSpec(Version(row.release), parts.get("runtime_variant") or "auto", python))
-            plain = plain_load(Path(env.python), paths, Path(tmp))
+            inside = plain_load(Path(env.python), paths, Path(tmp))
+            outside = plain_load(Path(env.python), paths, Path(tmp), sandboxed=False)
+            findings += [
+                f"{row.cell.id} {path.name}: {differs}"
+                for path in paths
+                if (differs := host_difference(str(path), inside, outside))
+            ]
+            plain = inside.errors
             recorded = {m.name: m.error is None for m in row.cell.modules}
             for path in paths:
                 loaded = plain[str(path)] is None
@@ -146,7 +161,9 @@ def _verify_file(wheel: Path, rows: list[RuntimeRow], cache: Path, envs: EnvMana
     return disagreements, checked
 
 
-def _verify(packages: list[PackageCensus], cache: Path, envs: EnvManager) -> tuple[int, int]:
+def _verify(
+    packages: list[PackageCensus], cache: Path, envs: EnvManager, findings: dict[str, list[str]]
+) -> tuple[int, int]:
     disagreements = checked = 0
     (cache / "tmp").mkdir(parents=True, exist_ok=True)
     for package in packages:
@@ -157,6 +174,6 @@ def _verify(packages: list[PackageCensus], cache: Path, envs: EnvManager) -> tup
                     f"{wheel}: not the file the run used (sha256 {published.sha256[:16]}); run the census again"
                 )
             rows = [r for r in package.rows if r.cell.build_id == published.build]
-            found = _verify_file(wheel, rows, cache, envs)
+            found = _verify_file(wheel, rows, cache, envs, findings.setdefault(package.label, []))
             disagreements, checked = disagreements + found[0], checked + found[1]
     return disagreements, checked

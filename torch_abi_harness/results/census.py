@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+from collections.abc import Mapping, Sequence
 
 from torch_abi_harness.core.status import Condition
 from torch_abi_harness.results.cases import PublishedBuild
@@ -19,6 +20,10 @@ from torch_abi_harness.verdict import Verdict
 MARK_BEGIN, MARK_END = "<!-- census:begin -->", "<!-- census:end -->"
 MADE_ON = "Made on "  # the page's first line: when and from which run (not compared by --check)
 SAME_OPS_TEST = "test_registers_the_same_operators"
+OUTSIDE = (
+    "Outside the cells' sandbox (`census --verify`), this host loads otherwise: the cells see only what the torch "
+    "release ships (docs/reference/environments.md), so these are the host's, not the verdict's:"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,9 +206,15 @@ def census(run: RunResult) -> list[PackageCensus]:
     return packages
 
 
-def document(run: RunResult, packages: list[PackageCensus], today: datetime.date | None = None) -> list[str]:
+def document(
+    run: RunResult,
+    packages: list[PackageCensus],
+    today: datetime.date | None = None,
+    findings: Mapping[str, Sequence[str]] | None = None,
+) -> list[str]:
     """The census as a docs page holds it between its markers: when and from what run, each package's line and
-    table, and what was downloaded."""
+    table, and what was downloaded. findings: by package label, where `census --verify` found a module loading
+    otherwise outside the cells' sandbox than in it (the host offers what a cell does not see)."""
     made = (today or datetime.date.fromisoformat(run.finished[:10])).isoformat()
     lines = [
         f"{MADE_ON}{made} by `nox -s census` (run `{run.run_id}`, {len(run.cells)} cells, backend {run.backend}).",
@@ -217,6 +228,9 @@ def document(run: RunResult, packages: list[PackageCensus], today: datetime.date
         if unserved:
             lines += [f"No file of this release for CPython {', '.join(unserved)} on this platform: no cell there.", ""]
         lines += [*package.table(), ""]
+        found = (findings or {}).get(package.label)
+        if found:
+            lines += [OUTSIDE, "", *(f"- {finding}" for finding in found), ""]
     return lines
 
 
