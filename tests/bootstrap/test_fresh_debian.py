@@ -147,7 +147,8 @@ def test_the_main_jobs_build_is_skipped_naming_python3_dev_when_pythons_headers_
         )
         done = chroot(debian, f"export PATH=$PWD/.bootstrap/venv/bin:$PATH; {line}")
         said = done.stdout + done.stderr
-        assert done.returncode == 4, said[-4000:]  # nothing proven; a broken promise would be 1
+        # The harness exits 4, nothing proven (a broken promise would be 1); nox reports any failing command as 1.
+        assert done.returncode != 0 and "failed with exit code 4" in said, said[-4000:]
         run = json.loads((debian / "tmp/no-headers/latest/results.json").read_text())
         (cell,) = run["cells"]
         (build,) = run["build_results"]

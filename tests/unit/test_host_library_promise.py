@@ -10,6 +10,7 @@ import pytest
 from packaging.utils import parse_wheel_filename
 
 from tests.unit.test_published_wheels import cell, census_run
+from torch_abi_harness.cli import census as census_cli
 from torch_abi_harness.config.matrix import load_matrix
 from torch_abi_harness.core.status import Condition, Status
 from torch_abi_harness.execute.plain_load import PlainLoad, found_in, host_difference
@@ -158,6 +159,10 @@ def test_the_census_page_lists_the_findings_under_the_package() -> None:
     assert lines[lines.index(OUTSIDE) + 2] == f"- {finding}"
     assert lines.index(f"### {label}") < lines.index(OUTSIDE)
     assert OUTSIDE not in document(run, packages)  # without --verify, nothing is said
+    # `census --check` (without --verify) holds a page written with findings to be current: it compares neither
+    on_page = ["<!-- census:begin -->", *lines, "<!-- census:end -->"]  # as splice() puts it between the markers
+    plain = ["<!-- census:begin -->", *document(run, packages), "<!-- census:end -->"]
+    assert census_cli._content("\n".join(on_page)) == census_cli._content("\n".join(plain))
 
 
 def test_the_census_names_host_libraries_the_promise_named_where_the_loader_stopped_at_cuda() -> None:

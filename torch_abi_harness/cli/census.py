@@ -23,7 +23,16 @@ from torch_abi_harness.execute.plain_load import host_difference, plain_load
 from torch_abi_harness.plan import cell_id_parts
 from torch_abi_harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
 from torch_abi_harness.provision.sources import resolve_sources
-from torch_abi_harness.results.census import MADE_ON, MARK_BEGIN, MARK_END, PackageCensus, RuntimeRow, census, document
+from torch_abi_harness.results.census import (
+    MADE_ON,
+    MARK_BEGIN,
+    MARK_END,
+    OUTSIDE,
+    PackageCensus,
+    RuntimeRow,
+    census,
+    document,
+)
 from torch_abi_harness.results.compat import splice
 from torch_abi_harness.results.diff import load_run
 from torch_abi_harness.results.model import RunResult
@@ -97,7 +106,19 @@ def cmd_census(args: argparse.Namespace) -> int:
 
 
 def _content(text: str) -> list[str]:
-    return [line for line in text.splitlines() if not line.startswith(MADE_ON)]
+    """What `--check` compares of a page: not its "Made on" line, nor what this host loaded outside the sandbox
+    (findings about the machine that only `--verify` makes, which a check without it cannot make again)."""
+    lines, kept, i = text.splitlines(), [], 0
+    while i < len(lines):
+        if lines[i].startswith(OUTSIDE):  # the block: the sentence, a blank line, its list, a blank line
+            i += 1
+            while i < len(lines) and (not lines[i] or lines[i].startswith("- ")):
+                i += 1
+            continue
+        if not lines[i].startswith(MADE_ON):
+            kept.append(lines[i])
+        i += 1
+    return kept
 
 
 def verify(run: RunResult, packages: list[PackageCensus], cache: Path) -> tuple[int, dict[str, list[str]]]:
