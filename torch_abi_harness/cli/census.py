@@ -21,7 +21,7 @@ from torch_abi_harness.core.errors import BadInputError, ExitCode
 from torch_abi_harness.core.files import file_digest, write_atomic
 from torch_abi_harness.execute.plain_load import host_difference, plain_load
 from torch_abi_harness.plan import cell_id_parts
-from torch_abi_harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
+from torch_abi_harness.provision.envs import EnvManager, EnvSpec, cache_dir_of
 from torch_abi_harness.provision.sources import resolve_sources
 from torch_abi_harness.results.census import (
     MADE_ON,
@@ -85,7 +85,7 @@ def cmd_census(args: argparse.Namespace) -> int:
         raise BadInputError(f"{args.report}: the run has no published wheel (a build `wheel: <requirement>`)")
     code, findings = int(ExitCode.OK), dict[str, list[str]]()
     if args.verify:
-        code, findings = verify(run, packages, (args.cache_dir or default_cache_dir()).absolute())
+        code, findings = verify(run, packages, cache_dir_of(args.cache_dir))
     lines = document(run, packages, findings=findings)
     for line in lines:
         console.print(escape(line), soft_wrap=True, highlight=False)

@@ -18,7 +18,7 @@ from torch_abi_harness.config.matrix import load_matrix
 from torch_abi_harness.core.errors import BadInputError, ExitCode
 from torch_abi_harness.core.files import writable_dir
 from torch_abi_harness.plan import make_plan
-from torch_abi_harness.provision.envs import default_cache_dir
+from torch_abi_harness.provision.envs import cache_dir_of
 
 if TYPE_CHECKING:
     from torch_abi_harness.mutate.report import MutationReport
@@ -86,7 +86,7 @@ def cmd_mutate(args: argparse.Namespace) -> int:
             f"pass on the runtime ({', '.join(args.runtime) or 'the newest'}); see `python -m torch_abi_harness plan`"
         )
     plan = dataclasses.replace(plan, cells=cells)
-    cache_dir = (args.cache_dir or default_cache_dir()).absolute()
+    cache_dir = cache_dir_of(args.cache_dir)
     writable_dir(args.reports_dir, "--reports-dir")
     options = RunOptions(reports_dir=args.reports_dir, cache_dir=cache_dir, jobs=args.jobs, cell_timeout=args.timeout)
     console.print(

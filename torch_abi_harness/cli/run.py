@@ -26,7 +26,7 @@ from torch_abi_harness.core.files import writable_dir
 from torch_abi_harness.core.kinds import Backend, ExecutorKind
 from torch_abi_harness.gate.candidate import Candidate, cached_candidate_env, with_candidate
 from torch_abi_harness.plan import MAX_SHARDS, Build, Plan, Runtime, Shard, make_plan
-from torch_abi_harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
+from torch_abi_harness.provision.envs import EnvManager, EnvSpec, cache_dir_of, default_cache_dir
 from torch_abi_harness.provision.sources import resolve_sources
 from torch_abi_harness.results.diff import load_run
 from torch_abi_harness.results.model import RunResult
@@ -34,7 +34,6 @@ from torch_abi_harness.run.launch import (
     Executed,
     ExecuteOptions,
     MatrixRequest,
-    cache_dir_of,
     execute_plan,
     load_plain_matrix,
 )
@@ -402,7 +401,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     from torch_abi_harness.run.prepare import Preparer
 
     plan = selected_plan(args)
-    cache_dir = (args.cache_dir or default_cache_dir()).absolute()
+    cache_dir = cache_dir_of(args.cache_dir)
     writable_dir(cache_dir, "--cache-dir" if args.cache_dir else "the cache directory ($HARNESS_CACHE_DIR)")
     args.out.mkdir(parents=True, exist_ok=True)
     writable_dir(args.out, "--out")

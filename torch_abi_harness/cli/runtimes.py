@@ -18,7 +18,7 @@ from torch_abi_harness.config.matrix import load_matrix
 from torch_abi_harness.core.errors import ExitCode
 from torch_abi_harness.core.files import writable_dir
 from torch_abi_harness.provision.catalog import UNKNOWN, Catalog, Filters, PublishedRuntime, discover, host_platforms
-from torch_abi_harness.provision.envs import default_cache_dir
+from torch_abi_harness.provision.envs import cache_dir_of
 from torch_abi_harness.provision.index import sources_of
 from torch_abi_harness.provision.sources import resolve_sources
 
@@ -97,7 +97,7 @@ def cmd_base_image(args: argparse.Namespace) -> int:
     from torch_abi_harness.execute.container.images import ensure_base
 
     settings = load_matrix(args.matrix).docker
-    cache = (args.cache_dir or default_cache_dir()).absolute()
+    cache = cache_dir_of(args.cache_dir)
     writable_dir(cache, "--cache-dir")
     engine = connect()
     name = ensure_base(engine, cache, settings.base_image, settings.debian_mirror)

@@ -27,7 +27,7 @@ from torch_abi_harness.gate.candidate import Candidate, ensure_candidate_env, ol
 from torch_abi_harness.gate.decide import Gate, ReleaseEvidence, decide, previous_release
 from torch_abi_harness.gate.evidence import OpEvidence, header_claims, is_probe, op_evidence
 from torch_abi_harness.plan import Plan, make_plan
-from torch_abi_harness.provision.envs import Env
+from torch_abi_harness.provision.envs import Env, cache_dir_of
 from torch_abi_harness.results.diff import RunDiff, compare, load_run
 from torch_abi_harness.results.model import RunResult
 from torch_abi_harness.run.launch import (
@@ -35,7 +35,6 @@ from torch_abi_harness.run.launch import (
     ExecuteOptions,
     MatrixRequest,
     RunHooks,
-    cache_dir_of,
     execute_plan,
     load_plain_matrix,
 )

@@ -52,6 +52,11 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("HARNESS_CACHE_DIR") or platformdirs.user_cache_dir("torch-abi-harness"))
 
 
+def cache_dir_of(given: Path | None) -> Path:
+    """--cache-dir, else the default cache directory; absolute (cells run in their own directory)."""
+    return (given or default_cache_dir()).absolute()
+
+
 # What every environment holds besides torch: the build backend for recipes and the test runner.
 RUNNER_REQUIREMENTS = ("numpy", "setuptools>=64", "wheel", "pytest>=8")
 

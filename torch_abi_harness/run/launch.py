@@ -16,7 +16,7 @@ from torch_abi_harness.core.errors import BadInputError
 from torch_abi_harness.core.files import writable_dir
 from torch_abi_harness.core.kinds import Backend, ExecutorKind
 from torch_abi_harness.plan import Plan
-from torch_abi_harness.provision.envs import default_cache_dir
+from torch_abi_harness.provision.envs import cache_dir_of
 from torch_abi_harness.results.model import ReportError, RunResult
 from torch_abi_harness.run.cells import RunOptions
 from torch_abi_harness.run.pipeline import BackendChoice, Pipeline, make_backend
@@ -35,11 +35,6 @@ class MatrixRequest:
     find_links: tuple[str, ...] = ()
     environments: tuple[str, ...] = ()
     backend: Backend = Backend.VENV
-
-
-def cache_dir_of(given: Path | None) -> Path:
-    """--cache-dir, else $HARNESS_CACHE_DIR or the user cache dir; absolute (cells run in their own directory)."""
-    return (given or default_cache_dir()).absolute()
 
 
 def load_plain_matrix(request: MatrixRequest, cache_dir: Path) -> Matrix:
