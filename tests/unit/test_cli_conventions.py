@@ -18,6 +18,7 @@ from torch_abi_harness.cli import invoked_as, main, parser
 from torch_abi_harness.cli.console import workflow_command
 from torch_abi_harness.cli.run_output import ConsoleObserver, annotate
 from torch_abi_harness.core.errors import ConfigError
+from torch_abi_harness.core.kinds import Backend, ExecutorKind
 from torch_abi_harness.core.schema import load_schema
 
 REPO = Path(__file__).resolve().parents[2]
@@ -167,3 +168,17 @@ def test_a_command_loads_only_its_own_family() -> None:
     heavy += ("cli.analyse", "provision.index", "provision.envs")  # a file to check needs no index, no env
     assert [m for m in loaded if m.startswith(tuple(f"torch_abi_harness.{w}" for w in heavy))] == []
     assert [m for m in loaded if m.startswith("jsonschema")] == []
+
+
+def test_a_wrong_closed_choice_is_named_with_the_choices(capsys: pytest.CaptureFixture[str]) -> None:
+    """--backend and --executor parse into enums and still answer in argparse's words ("invalid Backend value"
+    is what an enum's own error would say)."""
+    for argv, said in (
+        (["run", "--backend", "dockr"], "argument --backend: invalid choice: 'dockr' (choose from 'venv', 'docker')"),
+        (["run", "--executor", "container"], "invalid choice: 'container' (choose from 'forkserver', 'fresh')"),
+    ):
+        with pytest.raises(SystemExit) as exited:
+            parser().parse_args(argv)
+        assert exited.value.code == 2 and said in capsys.readouterr().err
+    args = parser().parse_args(["run", "--backend", "docker", "--executor", "fresh"])
+    assert (args.backend, args.executor) == (Backend.DOCKER, ExecutorKind.FRESH)

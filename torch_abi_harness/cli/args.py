@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import enum
 import re
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
@@ -17,6 +19,26 @@ class Command(Protocol):
     command, its help as the description too, and the exit codes as the epilog."""
 
     def __call__(self, name: str, help: str) -> argparse.ArgumentParser: ...
+
+
+K = TypeVar("K", bound=enum.StrEnum)
+
+
+def one_of(kind: type[K], allowed: Sequence[K]) -> Callable[[str], K]:
+    """argparse type: a member of a closed set by its value, with argparse's own words for a wrong one (an enum's
+    ValueError would read "invalid Backend value")."""
+
+    def parse(text: str) -> K:
+        try:
+            member = kind(text)
+        except ValueError:
+            member = None
+        if member is None or member not in allowed:
+            shown = ", ".join(repr(str(k)) for k in allowed)
+            raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from {shown})")
+        return member
+
+    return parse
 
 
 def positive_int(text: str) -> int:

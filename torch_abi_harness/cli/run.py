@@ -13,6 +13,7 @@ from rich.markup import escape
 from torch_abi_harness.cli.args import (
     Command,
     existing_dir,
+    one_of,
     positive_int,
     positive_seconds,
     wheel_directory,
@@ -53,8 +54,8 @@ def matrix_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--backend",
-        type=Backend,
-        choices=[str(b) for b in Backend],
+        type=one_of(Backend, tuple(Backend)),
+        metavar="{" + ",".join(Backend) + "}",
         default=Backend.VENV.value,
         help="where cells run: uv virtualenvs on this host, or hardened Docker containers (default: %(default)s)",
     )
@@ -195,8 +196,8 @@ def _backend_options(p: argparse.ArgumentParser) -> None:
     """The venv backend's executor and the docker backend's route and containers."""
     p.add_argument(
         "--executor",
-        type=ExecutorKind,
-        choices=[str(k) for k in (ExecutorKind.FORKSERVER, ExecutorKind.FRESH)],  # the venv backend's
+        type=one_of(ExecutorKind, (ExecutorKind.FORKSERVER, ExecutorKind.FRESH)),  # the venv backend's
+        metavar="{forkserver,fresh}",
         default=None,
         help="venv backend: fork each cell from one process per runtime that imported torch and pytest once, "
         "or start a fresh interpreter per cell (default: forkserver; cuda runtimes always run fresh)",
