@@ -155,6 +155,18 @@ def test_github_annotations_and_log_groups(monkeypatch: pytest.MonkeyPatch, caps
     assert workflow_command("warning", "x", title="a:b,c") == "::warning title=a%3Ab%2Cc::x"
 
 
+def test_annotations_are_capped_at_what_github_shows_and_count_the_rest() -> None:
+    """GitHub shows 10 error annotations per step: the first nine cells, then one line counting the others."""
+    from torch_abi_harness.cli.run_output import ANNOTATIONS_PER_KIND, annotation_lines
+
+    cells = [dataclasses.replace(BROKEN, build_id=f"demo@b2.{k}.0") for k in range(14)]
+    lines = annotation_lines(cells, "error")
+    assert len(lines) == ANNOTATIONS_PER_KIND == 10
+    assert lines[-1] == "::error title=5 more::5 more cell(s) like these: see the run's summary.md"
+    assert len(annotation_lines(cells[:10], "error")) == 10  # ten fit: no count line
+    assert not any("more" in line for line in annotation_lines(cells[:10], "error"))
+
+
 def test_a_command_loads_only_its_own_family() -> None:
     """`check` starts without the run, the gate, the renderers or jsonschema: the parser imports a command's module
     only when that command runs (a full --help imports them all)."""

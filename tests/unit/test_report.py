@@ -125,6 +125,46 @@ def test_junit_has_one_testcase_per_cell(tmp_path: Path) -> None:
     assert cases[EXPECTED_FAIL.id].find("skipped").get("message").startswith("expected failure: LOAD_FAILED")
 
 
+def test_junits_root_says_when_where_how_long_and_which_plan(tmp_path: Path) -> None:
+    """What dorny/test-reporter and Jenkins read from the root: without `time` they show NaN durations."""
+    run = dataclasses.replace(run_of(KEPT, BROKEN), started="2026-11-28T02:00:00+00:00", finished="2026-11-28T02:03:30+00:00")
+    root = ET.parse(write_report(run, tmp_path)["junit"]).getroot()
+    assert root.get("time") == "210.000"
+    assert root.get("timestamp") == "2026-11-28T02:00:00"
+    assert root.get("hostname")
+    properties = {p.get("name"): p.get("value") for p in root.find("properties").iter("property")}
+    assert properties == {
+        "run_id": "20261121-000000",
+        "harness_version": "0.1.0",
+        "matrix": "matrix.yaml",
+        "plan_digest": run.plan.digest,
+    }
+    unparsable = ET.parse(write_report(run_of(KEPT), tmp_path / "other")["junit"]).getroot()
+    assert unparsable.get("time") == "0.000" and unparsable.get("timestamp") == "s"
+
+
+def test_report_files_honour_the_umask(tmp_path: Path) -> None:
+    """Every report file is as readable as the umask makes a new file (0644 under 022), not mkstemp's 0600; a
+    rewrite keeps the mode the file has."""
+    import os
+    import stat
+
+    previous = os.umask(0o022)
+    try:
+        files = write_report(run_of(KEPT, BROKEN), tmp_path)
+        modes = {name: stat.S_IMODE(path.stat().st_mode) for name, path in files.items() if path.is_file()}
+        assert modes and set(modes.values()) == {0o644}, modes
+        os.umask(0o027)
+        files["summary"].chmod(0o600)
+        again = write_report(run_of(KEPT, BROKEN), tmp_path)
+        assert stat.S_IMODE(again["summary"].stat().st_mode) == 0o600  # kept
+        assert stat.S_IMODE(again["junit"].stat().st_mode) == 0o644  # kept, though the umask is 027 now
+        fresh = write_report(run_of(KEPT), tmp_path / "fresh")
+        assert stat.S_IMODE(fresh["junit"].stat().st_mode) == 0o640  # a new file: 0666 & ~027
+    finally:
+        os.umask(previous)
+
+
 def test_from_version_4_the_schema_requires_the_plan() -> None:
     data = run_of(KEPT).to_json()
     jsonschema.validate(data, load_schema("results"))

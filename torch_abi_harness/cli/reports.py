@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
-import stat
 from pathlib import Path
 
 from rich.markup import escape
@@ -142,9 +141,7 @@ def keep_page(args: argparse.Namespace, run: RunResult, found: list[Claim], hole
         console.print(f"[bold red]{escape(str(path))} not updated[/]: a claim with holes is not written")
         return int(ExitCode.BROKEN)
     target = path.resolve()  # a page reached through a link is written where it lies, the link kept
-    mode = stat.S_IMODE(target.stat().st_mode)
-    write_atomic(target, fresh)
-    target.chmod(mode)  # as it was (the atomic write's temporary file is private)
+    write_atomic(target, fresh)  # keeps the file's mode
     console.print(f"{escape(str(path))}: the compatibility table updated from run {escape(run.run_id)}")
     return int(ExitCode.OK)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 from rich.markup import escape
@@ -40,11 +41,29 @@ def annotate(run: RunResult) -> None:
     if not on_github():
         return
     kinds = {Verdict.BROKEN: "error", Verdict.ERROR: "error", Verdict.FLAKY: "warning"}
-    for cell in sorted(run.cells, key=lambda c: natural_key(c.id)):
-        if cell.verdict in kinds:
-            title = f"{cell.verdict.value} cell"
-            line = workflow_command(kinds[cell.verdict], f"{cell.id}: {cell.status.value}: {cell.reason}", title=title)
+    cells = [c for c in sorted(run.cells, key=lambda c: natural_key(c.id)) if c.verdict in kinds]
+    for kind in ("error", "warning"):
+        lines = annotation_lines([c for c in cells if kinds[c.verdict] == kind], kind)
+        for line in lines:
             console.out(plain_text(line), highlight=False)
+
+
+ANNOTATIONS_PER_KIND = 10  # GitHub shows at most 10 error and 10 warning annotations of a step; the rest are lost
+
+
+def annotation_lines(cells: Sequence[CellResult], kind: str) -> list[str]:
+    """One workflow command per cell, capped at what GitHub shows: the first ones, then one that counts the
+    rest and says where all of them are, so no cell is silently dropped from the page."""
+    shown = cells if len(cells) <= ANNOTATIONS_PER_KIND else cells[: ANNOTATIONS_PER_KIND - 1]
+    lines = [
+        workflow_command(kind, f"{c.id}: {c.status.value}: {c.reason}", title=f"{c.verdict.value} cell") for c in shown
+    ]
+    if len(shown) < len(cells):
+        rest = len(cells) - len(shown)
+        lines.append(
+            workflow_command(kind, f"{rest} more cell(s) like these: see the run's summary.md", title=f"{rest} more")
+        )
+    return lines
 
 
 class ConsoleObserver:

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,11 +22,15 @@ from typing import Any
 from torch_abi_harness.core.errors import BadInputError
 
 
-def write_atomic(path: Path, data: str | bytes) -> None:
-    """Write data to path atomically (temp file, fsync, rename); the parent directory must exist."""
+def write_atomic(path: Path, data: str | bytes, mode: int | None = None) -> None:
+    """Write data to path atomically (temp file, fsync, rename); the parent directory must exist. The file gets
+    `mode`, else the mode an existing file at path has (a rewrite keeps it), else what the umask gives a new
+    file (0644 under the usual 022), as `open()` would: mkstemp's private 0600 would leave reports unreadable to
+    a web server, a CI uploader running as another user, or a colleague."""
     raw = data.encode() if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, _mode_for(path) if mode is None else mode)
         with os.fdopen(fd, "wb") as handle:
             handle.write(raw)
             handle.flush()
@@ -37,6 +42,28 @@ def write_atomic(path: Path, data: str | bytes) -> None:
         except OSError:
             pass
         raise
+
+
+def _mode_for(path: Path) -> int:
+    """The permission bits a rewrite of path keeps, or those the umask leaves of 0666 for a new file."""
+    try:
+        return stat.S_IMODE(path.stat().st_mode)
+    except OSError:
+        return 0o666 & ~current_umask()
+
+
+def current_umask() -> int:
+    """The process's umask: Linux's /proc/self/status says it (4.7 and later); elsewhere it is read by setting it
+    and at once setting it back, which a thread creating a file in that instant could see."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_json(path: Path, data: Any) -> None:
