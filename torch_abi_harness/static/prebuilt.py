@@ -13,7 +13,6 @@ from __future__ import annotations
 import glob
 import os
 import re
-import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from torch_abi_harness.core.versions import ApiLevel
 from torch_abi_harness.static.manifest import Manifest
 from torch_abi_harness.static.predict import ArtifactImports
 from torch_abi_harness.static.symbols import SharedObject
+from torch_abi_harness.static.wheelfile import is_zip, open_wheel
 
 SHARED_OBJECT = re.compile(r"\.so(\.|$)")
 TORCH_LIBRARY = re.compile(r"^lib(torch\w*|c10\w*)\.so$")  # what an extension module of torch's links
@@ -66,9 +66,9 @@ def wheel_problems(path: Path, module: str) -> list[str]:
         parse_wheel_filename(path.name)
     except InvalidWheelFilename as exc:
         return [f"{path.name} is not a wheel file name ({exc}); give the .whl a build tool produced"]
-    if not zipfile.is_zipfile(path):
+    if not is_zip(path):
         return [f"{path} is not a wheel: not a zip archive (a truncated download or a pointer file?)"]
-    with zipfile.ZipFile(path) as wheel:
+    with open_wheel(path) as wheel:
         names = wheel.namelist()
     problems: list[str] = []
     if not any(SHARED_OBJECT.search(n) for n in names):
