@@ -23,7 +23,7 @@ from packaging.version import Version
 from torch_abi_harness.core.errors import InfrastructureError, ResolutionError
 from torch_abi_harness.core.files import file_digest, write_atomic
 from torch_abi_harness.core.text import redact
-from torch_abi_harness.provision.index import Listed, fetch, list_source, local_path, sources_of
+from torch_abi_harness.provision.index import DOWNLOAD_DEADLINE, Listed, fetch, list_source, local_path, sources_of
 from torch_abi_harness.provision.sources import ResolvedSources
 from torch_abi_harness.static.prebuilt import ordered_tags
 
@@ -116,7 +116,7 @@ def _download(item: Listed, folder: Path) -> Path:
             data = local.read_bytes()
         else:
             log.info("downloading %s", redact(item.url))
-            data, _, _ = fetch(item.url, DOWNLOAD_TIMEOUT, "*/*", MAX_WHEEL_BYTES)
+            data, _, _ = fetch(item.url, DOWNLOAD_TIMEOUT, "*/*", MAX_WHEEL_BYTES, DOWNLOAD_DEADLINE)
     except (OSError, ValueError) as exc:
         raise InfrastructureError(f"cannot download {redact(item.url)}: {exc}") from exc
     digest = hashlib.sha256(data).hexdigest()
