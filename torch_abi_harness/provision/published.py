@@ -102,6 +102,21 @@ def resolve(requirement: str, python: str, sources: ResolvedSources, cache: Path
     return PublishedWheel(requirement, project, version, path, redact(item.url), file_digest(path))
 
 
+def marker_holds(requirement: Requirement, python: str) -> bool:
+    """Whether the requirement's marker (none: true) holds for CPython `python` (3.12, 3.13t) on this platform,
+    the interpreter and platform a wheel is resolved for."""
+    if requirement.marker is None:
+        return True
+    minor = python.rstrip("t")
+    environment = {
+        "python_version": minor,
+        "python_full_version": f"{minor}.0",
+        "implementation_name": "cpython",
+        "platform_python_implementation": "CPython",
+    }
+    return requirement.marker.evaluate(environment)
+
+
 def _download(item: Listed, folder: Path) -> Path:
     """The listed file in folder, fetched once: a cached copy is reused when it has the digest the source states
     (a local file's own digest; a remote file stated with none is fetched again, never trusted by name)."""
