@@ -21,6 +21,7 @@ from packaging.tags import Tag, compatible_tags, cpython_tags, platform_tags
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
+from torch_abi_harness.core.errors import BadInputError
 from torch_abi_harness.core.kinds import Recipe
 from torch_abi_harness.core.schema import Document
 from torch_abi_harness.core.versions import ApiLevel
@@ -68,8 +69,11 @@ def wheel_problems(path: Path, module: str) -> list[str]:
         return [f"{path.name} is not a wheel file name ({exc}); give the .whl a build tool produced"]
     if not is_zip(path):
         return [f"{path} is not a wheel: not a zip archive (a truncated download or a pointer file?)"]
-    with open_wheel(path) as wheel:
-        names = wheel.namelist()
+    try:
+        with open_wheel(path) as wheel:
+            names = wheel.namelist()
+    except BadInputError as exc:
+        return [str(exc)]
     problems: list[str] = []
     if not any(SHARED_OBJECT.search(n) for n in names):
         problems.append(f"{path.name} holds no shared object (.so): nothing in it uses the stable ABI")

@@ -122,18 +122,23 @@ class Wheel:
 
 
 def open_wheel(path: Path) -> Wheel:
-    """The wheel at path, its member names checked (use it in a `with`); BadInputError naming the file when it
-    is no zip, or naming the member whose path leaves the archive."""
+    """The wheel at path, its members' names and sizes checked (use it in a `with`); BadInputError naming the file
+    when it is no zip, or naming the member whose path leaves the archive or whose size breaks a bound."""
     try:
         archive = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError, EOFError) as exc:
         raise BadInputError(f"{path}: not a wheel (not a zip archive: {exc})") from exc
-    for name in archive.namelist():
-        why = unsafe_name(name)
-        if why is not None:
-            archive.close()
-            raise BadInputError(f"{path}: member {name!r} {why}: a path outside the wheel; refused")
-    return Wheel(path, archive)
+    wheel = Wheel(path, archive)
+    try:
+        for info in archive.infolist():  # all of it judged at once, before any member is read or extracted
+            why = unsafe_name(info.filename)
+            if why is not None:
+                raise BadInputError(f"{path}: member {info.filename!r} {why}: a path outside the wheel; refused")
+            wheel._checked(info, MAX_MEMBER_BYTES)
+    except BadInputError:
+        archive.close()
+        raise
+    return wheel
 
 
 def is_zip(path: Path) -> bool:
