@@ -240,12 +240,15 @@ def _get(
         while True:
             remaining = ends - time.monotonic()
             if remaining <= 0:
-                raise TimeoutError(
-                    f"{redact(url)}: not read whole within its deadline of {budget:g} s ({size} bytes came); "
-                    f"a source this slow is not waited for (${DEADLINE_VARIABLE} sets the deadline)"
-                )
-            _wait_at_most(response, min(timeout, remaining))
-            piece = response.read1(CHUNK_BYTES)
+                raise _past_deadline(url, budget, size)
+            wait = min(timeout, remaining)
+            _wait_at_most(response, wait)
+            try:
+                piece = response.read1(CHUNK_BYTES)
+            except TimeoutError:
+                if wait < timeout:  # the deadline's wait, not the server's silence for `timeout`
+                    raise _past_deadline(url, budget, size) from None
+                raise
             if not piece:
                 break
             size += len(piece)
@@ -256,6 +259,13 @@ def _get(
 
 
 CHUNK_BYTES = 2**20
+
+
+def _past_deadline(url: str, budget: float, size: int) -> TimeoutError:
+    return TimeoutError(
+        f"{redact(url)}: not read whole within its deadline of {budget:g} s ({size} bytes came); "
+        f"a source this slow is not waited for (${DEADLINE_VARIABLE} sets the deadline)"
+    )
 
 
 def _wait_at_most(response: Any, seconds: float) -> None:
