@@ -29,7 +29,8 @@ def add_check(command: Command) -> None:
         "artifact",
         type=artifact_or_requirement,
         help="a shared object or a wheel; or a published wheel by requirement ('torchao==0.18.0'), resolved from "
-        f"the configured package sources for --python (default: {DEFAULT_PYTHON}) on this platform, downloaded once",
+        f"the configured package sources for --python (default: {DEFAULT_PYTHON}) on this platform, downloaded once "
+        "(a marker is evaluated for that Python: false, nothing is checked, exit 2; extras or a URL: exit 2)",
     )
     check.add_argument(
         "--runtimes",
