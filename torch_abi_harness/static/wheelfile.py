@@ -14,6 +14,7 @@ wheel, the member and the bound it broke.
 
 from __future__ import annotations
 
+import io
 import re
 import zipfile
 import zlib
@@ -94,7 +95,10 @@ class Wheel:
 
     def read(self, member: str | zipfile.ZipInfo, limit: int = MAX_MEMBER_BYTES) -> bytes:
         """The member's bytes, bounded (BadInputError naming the member and the bound otherwise)."""
-        return b"".join(self._chunks(member, limit))
+        buffer = io.BytesIO()  # its getvalue() hands over the buffer: one copy of the member in memory, not two
+        for chunk in self._chunks(member, limit):
+            buffer.write(chunk)
+        return buffer.getvalue()
 
     def extract(self, member: str | zipfile.ZipInfo, target: Path) -> Path:
         """The member written under target at its own (checked) name; its directories made."""
