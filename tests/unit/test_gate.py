@@ -3,6 +3,7 @@
 import dataclasses
 import datetime
 import json
+import re
 import zipfile
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from torch_abi_harness.config import KnownBreak
 from torch_abi_harness.core.errors import BadInputError, ExitCode
 from torch_abi_harness.core.status import Status
 from torch_abi_harness.core.text import md_text
-from torch_abi_harness.gate.candidate import Candidate
+from torch_abi_harness.gate.candidate import Candidate, check_candidate_wheel
 from torch_abi_harness.gate.decide import Decision, decide, previous_release
 from torch_abi_harness.results.diff import compare
 from torch_abi_harness.results.prediction import CellPrediction
@@ -245,6 +246,7 @@ def test_abi_diff_compares_with_the_given_wheel_else_one_in_find_links_else_the_
     given = tmp_path / "given.whl"
     with zipfile.ZipFile(given, "w") as wheel:
         wheel.writestr("torch/version.py", "__version__ = '2.15.0'\n")
+        wheel.writestr("torch/lib/libtorch_cpu.so", "\x7fELF")
     assert Candidate.parse("2.15.0").located(given, [], []).ref == str(given)
     text = tmp_path / "notes.whl"
     text.write_text("not a zip\n")
@@ -266,6 +268,50 @@ def test_abi_diff_compares_with_the_given_wheel_else_one_in_find_links_else_the_
     assert Candidate.parse("2.15.0").located(None, [str(empty)], ["2.14.1", "2.15.0"]).ref == "2.15.0"
     with pytest.raises(BadInputError, match=r"the manifest knows 2\.14\.1, 2\.13\.0"):
         Candidate.parse("2.15.0").located(None, [str(empty)], ["2.14.1", "2.13.0"])
+
+
+def _torch_wheel(path: Path, version: str, library: str = "torch/lib/libtorch_cpu.so") -> Path:
+    with zipfile.ZipFile(path, "w") as wheel:
+        wheel.writestr("torch/version.py", version)
+        wheel.writestr(library, "\x7fELF")
+    return path
+
+
+@pytest.mark.parametrize(
+    "name, version_py, variants, said",
+    [
+        (
+            "torch-2.15.0-cp311-none-macosx_11_0_arm64.whl",
+            "__version__ = '2.15.0'\n",
+            (),
+            "tagged for macosx_11_0_arm64",
+        ),
+        ("torch-2.15.0-cp311-cp311-win_amd64.whl", "__version__ = '2.15.0'\n", (), "tagged for win_amd64"),
+        ("torch-2.15.0+cpu-cp311-cp311-linux_x86_64.whl", "__version__ = '2.15.0+cu130'\n", (), "named a +cpu wheel"),
+        ("torch-2.15.0+cpu-cp311-cp311-linux_x86_64.whl", "__version__ = '2.15.0'\ncuda = '13.0'\n", (), "cu130"),
+        ("torch-2.15.0-cp311-cp311-manylinux_2_28_x86_64.whl", "cuda = '12.8'\n", ("cpu",), "runtimes use cpu"),
+    ],
+)
+def test_a_candidate_wheel_of_another_platform_or_variant_is_refused_naming_it(
+    tmp_path: Path, name: str, version_py: str, variants: tuple[str, ...], said: str
+) -> None:
+    wheel = _torch_wheel(tmp_path / name, version_py)
+    with pytest.raises(BadInputError, match=re.escape(said)) as caught:
+        check_candidate_wheel(wheel, variants)
+    assert str(wheel) in str(caught.value)
+
+
+def test_a_candidate_wheel_of_the_runtimes_variant_is_taken(tmp_path: Path) -> None:
+    cpu = _torch_wheel(
+        tmp_path / "torch-2.15.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl", "__version__ = '2.15.0+cpu'"
+    )
+    check_candidate_wheel(cpu, ["auto", "cpu"])
+    cuda = _torch_wheel(tmp_path / "torch-2.15.0-cp311-cp311-manylinux_2_28_x86_64.whl", "cuda = '13.0'\n")
+    check_candidate_wheel(cuda, ["cu130"])
+    check_candidate_wheel(cuda, ["auto"])  # auto: whatever the sources serve, so any Linux x86_64 variant
+    dylib = _torch_wheel(tmp_path / "torch-2.15.0-cp311-cp311-linux_x86_64.whl", "", "torch/lib/libtorch_cpu.dylib")
+    with pytest.raises(BadInputError, match=r"without torch/lib/libtorch\*\.so"):
+        check_candidate_wheel(dylib, [])
 
 
 def test_bad_input_is_refused_before_any_work(repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -115,7 +115,10 @@ class Builder:
             return None, f"build.json unreadable: {exc}"
         if meta.get("key") != key:
             return None, None
-        record = BuildRecord.from_json(meta)
+        try:
+            record = BuildRecord.from_json(meta)
+        except (ValueError, KeyError, TypeError) as exc:
+            return None, f"build.json unreadable: {exc}"
         result = BuildResult.recorded(build, record, out)
         if result.ok:
             assert result.wheel is not None and result.site is not None

@@ -57,7 +57,10 @@ def read_handoff(build: Build, where: Path) -> Handoff | str:
         return f"its hand-off {where}/{HANDOFF} is unreadable: {exc}"
     if meta.get("format") != HANDOFF_FORMAT or meta.get("build") != build.id:
         return f"{where}/{HANDOFF} is not a hand-off of {build.id} (format {HANDOFF_FORMAT})"
-    return Handoff.from_json(meta)
+    try:
+        return Handoff.from_json(meta)
+    except (ValueError, KeyError, TypeError) as exc:
+        return f"its hand-off {where}/{HANDOFF} is unreadable: {exc}"
 
 
 def handed_trouble(build: Build, handoff: Handoff, where: Path, out: Path) -> BuildResult:

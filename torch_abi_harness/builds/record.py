@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any, TypeVar
 
-from torch_abi_harness.core.files import content_digest, file_digest, write_json
+from torch_abi_harness.core.files import content_digest, file_digest, run_relative, write_json
 
 HANDOFF_FORMAT = 1  # what `export` writes and `adopt` reads (a CI graph's build job to its run jobs)
 RECORD = "build.json"
@@ -104,4 +104,8 @@ def _from_fields(cls: type[Record], data: dict[str, Any]) -> Record:
             values[field.name] = tuple(data[field.name]) if field.name == "findings" else data[field.name]
         elif field.default is dataclasses.MISSING:
             raise KeyError(field.name)
+    wheel = values.get("wheel")
+    if wheel is not None and not (isinstance(wheel, str) and run_relative(wheel)):
+        # read back from a cache or a CI artifact: a path elsewhere ('../../etc/x') must not be judged or copied
+        raise ValueError(f"wheel is {wheel!r}, not a path inside the build's folder")
     return cls(**values)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import tempfile
-import zipfile
 from pathlib import Path
 
 from packaging.requirements import Requirement
@@ -38,6 +37,7 @@ from torch_abi_harness.results.diff import load_run
 from torch_abi_harness.results.model import RunResult
 from torch_abi_harness.static.prebuilt import SHARED_OBJECT, extension_modules
 from torch_abi_harness.static.symbols import read_artifact
+from torch_abi_harness.static.wheelfile import open_wheel
 
 
 def add_census(command: Command) -> None:
@@ -148,8 +148,9 @@ def _verify_file(
     (held against the run) and outside it (a difference is appended to findings)."""
     disagreements = checked = 0
     with tempfile.TemporaryDirectory(prefix="census-verify-", dir=cache / "tmp") as tmp:
-        with zipfile.ZipFile(wheel) as archive:  # every shared object: a module finds its siblings beside it
-            archive.extractall(tmp, [m for m in archive.namelist() if SHARED_OBJECT.search(m.rsplit("/", 1)[-1])])
+        with open_wheel(wheel) as archive:  # every shared object: a module finds its siblings beside it
+            for member in (m for m in archive.namelist() if SHARED_OBJECT.search(m.rsplit("/", 1)[-1])):
+                archive.extract(member, Path(tmp))
         paths = sorted(Path(tmp) / m.name for m in extension_modules(read_artifact(wheel)))  # as the suite loads them
         for row in rows:
             parts = cell_id_parts(row.cell.id) or {}

@@ -5,6 +5,8 @@ a fraction of a second: it imports nothing of the run, the gate or the renderers
 from __future__ import annotations
 
 import argparse
+import platform
+import sys
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -13,7 +15,7 @@ from rich.markup import escape
 from torch_abi_harness.cli.args import Command, cpython_version, existing_file, torch_variant
 from torch_abi_harness.cli.console import console, emit_json
 from torch_abi_harness.config import DEFAULT_PYTHON, Sources
-from torch_abi_harness.core.errors import ExitCode
+from torch_abi_harness.core.errors import BadInputError, ExitCode
 from torch_abi_harness.static import host_libraries
 from torch_abi_harness.static.artifact import fits_which_python
 from torch_abi_harness.static.check import ArtifactCheck, ModuleCheck, check_artifact
@@ -27,7 +29,8 @@ def add_check(command: Command) -> None:
         "artifact",
         type=artifact_or_requirement,
         help="a shared object or a wheel; or a published wheel by requirement ('torchao==0.18.0'), resolved from "
-        f"the configured package sources for --python (default: {DEFAULT_PYTHON}) on this platform, downloaded once",
+        f"the configured package sources for --python (default: {DEFAULT_PYTHON}) on this platform, downloaded once "
+        "(a marker is evaluated for that Python: false, nothing is checked, exit 2; extras or a URL: exit 2)",
     )
     check.add_argument(
         "--runtimes",
@@ -70,6 +73,25 @@ def artifact_or_requirement(text: str) -> Path | Requirement:
         return existing_file(text)
 
 
+def pinned_requirement(requirement: Requirement, python: str) -> str:
+    """check REQUIREMENT as the matrix takes a published wheel: a URL or extras refused (exit 2, in the matrix's
+    words); a marker evaluated for the CPython checked on this platform, and when false, nothing to check (exit 2,
+    saying so). The name and specifier that are resolved."""
+    # Only a requirement needs these: not imported otherwise.
+    from torch_abi_harness.config.matrix import PIN_ONLY, beyond_a_pin
+    from torch_abi_harness.provision.published import marker_holds
+
+    refused = beyond_a_pin(requirement, marker=False)
+    if refused:
+        raise BadInputError(f"{str(requirement)!r}: {' and '.join(refused)}: {PIN_ONLY}")
+    if not marker_holds(requirement, python):
+        raise BadInputError(
+            f"{str(requirement)!r}: its marker `{requirement.marker}` is false for CPython {python} on "
+            f"{sys.platform} {platform.machine()}: nothing to check (--python names the CPython it is checked for)"
+        )
+    return f"{requirement.name}{requirement.specifier}"
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     if isinstance(args.artifact, Requirement):
         # Only a requirement needs the package sources and the index client (http, html): not imported otherwise.
@@ -77,9 +99,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         from torch_abi_harness.provision.published import resolve
         from torch_abi_harness.provision.sources import resolve_sources
 
-        wheel = resolve(
-            str(args.artifact), args.python or DEFAULT_PYTHON, resolve_sources(Sources()), default_cache_dir()
-        )
+        python = args.python or DEFAULT_PYTHON
+        requirement = pinned_requirement(args.artifact, python)
+        wheel = resolve(requirement, python, resolve_sources(Sources()), default_cache_dir())
         if not args.json:
             said = f"{args.artifact}: {wheel.filename} from {wheel.url} (sha256 {wheel.sha256[:16]})"
             console.print(escape(said), soft_wrap=True)

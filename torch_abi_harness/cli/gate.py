@@ -41,7 +41,8 @@ def add_gate(command: Command) -> None:
         type=existing_file,
         default=None,
         metavar="WHEEL",
-        help="the candidate's torch wheel for abi-diff (default: one in --find-links, else the manifest's release)",
+        help="the candidate's torch wheel for abi-diff (default: one in --find-links, else the manifest's release): "
+        "a Linux x86_64 wheel of the variant it is named and the matrix's runtimes use, checked before any work",
     )
     gate.add_argument(
         "--replay",

@@ -134,11 +134,8 @@ def _published(
     except InvalidRequirement as exc:
         problems.append(f"{doc.where((*where, 'wheel'))}: {text!r} is not a requirement: {exc}")
         return None
-    if requirement.url or requirement.marker or requirement.extras:
-        problems.append(
-            f"{doc.where((*where, 'wheel'))}: {text!r}: give a name and a version specifier only "
-            "(`torchao==0.18.0`); a local wheel is an extension with `recipe: wheel`"
-        )
+    if beyond_a_pin(requirement):
+        problems.append(f"{doc.where((*where, 'wheel'))}: {text!r}: {PIN_ONLY}")
     if not requirement.specifier:
         problems.append(
             f"{doc.where((*where, 'wheel'))}: {text!r} names no version: pin the release to prove "
@@ -147,6 +144,20 @@ def _published(
     only = _only_runtimes(doc, where, item, runtimes, problems)
     cuda = CudaPolicy(item.get("cuda", CudaPolicy.SAME_MAJOR))
     return PublishedRequest(str(requirement), f"{doc.path}: {doc.where(where)}", tuple(only), cuda)
+
+
+PIN_ONLY = (
+    "give a name and a version specifier only (`torchao==0.18.0`); a local wheel is an extension with `recipe: wheel`"
+)
+
+
+def beyond_a_pin(requirement: Requirement, *, marker: bool = True) -> list[str]:
+    """What a published wheel's requirement gives beyond a name and a version specifier, which nothing would
+    honour: a URL (not a release of a source), extras (they only add dependencies, never installed: the runtime's
+    torch is the one under test), and (unless marker is false: `check` evaluates it) a marker."""
+    found = [f"the URL {requirement.url}"] if requirement.url else []
+    found += [f"the extras [{','.join(sorted(requirement.extras))}]"] if requirement.extras else []
+    return found + ([f"the marker {requirement.marker}"] if marker and requirement.marker else [])
 
 
 def _only_runtimes(

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
 from torch_abi_harness.config import HEADER_PROBE, BuildSpec, Matrix, Recipe, RuntimeSpec
@@ -30,6 +32,7 @@ from torch_abi_harness.core.versions import ApiLevel, parse_release
 from torch_abi_harness.gate.probe_extension import probe_targets, with_header_probe, write_probe
 from torch_abi_harness.provision.envs import Env, EnvManager, EnvSpec
 from torch_abi_harness.provision.sources import resolve_sources
+from torch_abi_harness.static.artifact import wheel_tags
 from torch_abi_harness.static.audit import DEVICES_WITHOUT_EXPORTS
 from torch_abi_harness.static.manifest import open_torch_wheel, packaged_manifest
 from torch_abi_harness.static.visibility import (
@@ -73,12 +76,14 @@ class Candidate:
         """What abi-diff compares the previous release with: the wheel's path, else the release."""
         return str(self.wheel) if self.wheel is not None else str(self.version)
 
-    def located(self, wheel: Path | None, find_links: Sequence[str], releases: Sequence[str]) -> Candidate:
+    def located(
+        self, wheel: Path | None, find_links: Sequence[str], releases: Sequence[str], variants: Sequence[str] = ()
+    ) -> Candidate:
         """The candidate with where abi-diff reads it: the given wheel, else its wheel in a --find-links directory,
-        else the manifest's release of that version. A given wheel is checked here, before any work: a text file
-        or a zip that is no torch wheel is bad input naming the file."""
+        else the manifest's release of that version. A given wheel is checked here, before any work
+        (check_candidate_wheel; variants: those of the matrix's runtimes)."""
         if wheel is not None:
-            open_torch_wheel(wheel).close()
+            check_candidate_wheel(wheel, variants)
             return dataclasses.replace(self, wheel=wheel)
         for folder in find_links:
             found = sorted(Path(folder).glob(f"torch-{self}-*.whl")) + sorted(Path(folder).glob(f"torch-{self}+*.whl"))
@@ -90,6 +95,50 @@ class Candidate:
             f"no wheel of torch {self} to compare with abi-diff: pass --candidate-wheel, or a --find-links "
             f"directory holding it (the manifest knows {', '.join(releases)})"
         )
+
+
+_LINUX_X86_64 = re.compile(r"(?:many)?linux(?:1|2010|2014|_\d+_\d+)?_x86_64")
+_EXPECTED = "a Linux x86_64 wheel of torch (manylinux_*_x86_64), as the matrix's runtimes install"
+
+
+def check_candidate_wheel(wheel: Path, variants: Sequence[str]) -> None:
+    """--candidate-wheel judged before any work, since abi-diff compares its exports with the previous release's: a
+    wheel for another platform (macOS: no ELF library at all) or of a variant other than the one it is named or the
+    matrix's runtimes use would read as 'removes every stable export', a false NO-GO. Each is bad input (exit 2)
+    naming what the wheel is and what was expected: a text file or a zip that is no torch wheel too."""
+    with open_torch_wheel(wheel) as archive:
+        version_py = archive.read("torch/version.py", 2**20).decode(errors="replace")
+        libraries = [n for n in archive.namelist() if re.fullmatch(r"torch/lib/libtorch\w*\.so", n)]
+    foreign = sorted(p for p in {t.platform for t in wheel_tags(wheel)} if not _LINUX_X86_64.fullmatch(p))
+    if foreign or not libraries:
+        what = f"tagged for {', '.join(foreign)}" if foreign else "without torch/lib/libtorch*.so"
+        raise BadInputError(f"{wheel}: a torch wheel {what}; the gate reads {_EXPECTED}")
+    inside = _variant_inside(version_py)
+    try:
+        named = parse_wheel_filename(wheel.name)[1].local
+    except InvalidWheelFilename:
+        named = None
+    if named is not None and named != inside:
+        raise BadInputError(
+            f"{wheel}: named a +{named} wheel, but its torch/version.py says the {inside} variant (a renamed file); "
+            f"pass the {named} wheel itself, {_EXPECTED}"
+        )
+    wanted = sorted({v for v in variants if v != "auto"})
+    if wanted and inside not in wanted:
+        raise BadInputError(
+            f"{wheel}: a wheel of the {inside} variant; the matrix's runtimes use {', '.join(wanted)}: pass "
+            f"{_EXPECTED} of that variant"
+        )
+
+
+def _variant_inside(version_py: str) -> str:
+    """The variant a torch wheel's torch/version.py states: its version's local label (2.13.0+cpu: cpu), else its
+    CUDA (cuda = '12.8': cu128), else cpu."""
+    local = re.search(r"__version__\s*=\s*['\"][^'\"+]+\+([\w.]+)['\"]", version_py)
+    if local:
+        return local[1]
+    cuda = re.search(r"^cuda\b[^=]*=\s*['\"](\d+)\.(\d+)['\"]", version_py, re.MULTILINE)
+    return f"cu{cuda[1]}{cuda[2]}" if cuda else "cpu"
 
 
 def candidate_extensions(matrix: Matrix) -> list[str]:

@@ -179,7 +179,10 @@ def prepare(request: GateRequest, plain: Matrix) -> _Prepared:
     assert request.candidate is not None  # GateRequest: a gate that is no replay has its candidate
     manifest = packaged_manifest()
     previous = request.previous or previous_release(request.candidate, [r.torch for r in plain.runtimes])
-    candidate = request.candidate.located(request.candidate_wheel, plain.sources.find_links, manifest.releases)
+    variants = [r.variant for r in plain.runtimes]
+    candidate = request.candidate.located(
+        request.candidate_wheel, plain.sources.find_links, manifest.releases, variants
+    )
     env = ensure_candidate_env(plain, candidate, request.cache_dir)
     matrix = with_candidate(plain, candidate, request.cache_dir / "header-probes", env)
     plan = make_plan(matrix, request.select, request.matrix.backend)

@@ -20,7 +20,6 @@ import http.client
 import logging
 import re
 import time
-import zipfile
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from email.parser import BytesHeaderParser
@@ -32,10 +31,11 @@ from packaging.tags import sys_tags
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from torch_abi_harness.core.errors import InfrastructureError
+from torch_abi_harness.core.errors import BadInputError, InfrastructureError
 from torch_abi_harness.core.versions import release_of
 from torch_abi_harness.provision.index import PROJECT, Listed, Source, fetch, list_source, local_path, reason_of
 from torch_abi_harness.static.artifact import cuda_major
+from torch_abi_harness.static.wheelfile import open_wheel
 
 log = logging.getLogger(__name__)
 
@@ -340,12 +340,13 @@ def read_metadata(wheel: TorchWheel, timeout: float) -> list[str] | None:
         if local is None or not local.is_file():
             return None
         try:
-            with zipfile.ZipFile(local) as archive:
+            with open_wheel(local) as archive:
                 member = next((n for n in archive.namelist() if re.fullmatch(r"[^/]+\.dist-info/METADATA", n)), None)
                 if member is None:
                     return None
-                body = archive.read(member)
-        except zipfile.BadZipFile:
+                body = archive.read(member, MAX_METADATA_BYTES)
+        except BadInputError as exc:  # one bad file of a listing is passed over, as a page's broken link is
+            log.warning("%s", exc)
             return None
     return BytesHeaderParser().parsebytes(body).get_all("Requires-Dist") or []
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from torch_abi_harness import __version__
-from torch_abi_harness.core.errors import InfrastructureError
+from torch_abi_harness.core.errors import BadInputError, InfrastructureError
 from torch_abi_harness.core.text import redact
 from torch_abi_harness.provision.sources import ResolvedSources
 
@@ -163,7 +163,7 @@ def _list_directory(directory: Path) -> list[Listed]:
     return [Listed(p.name, p.resolve().as_uri()) for p in sorted(directory.glob("*.whl")) if p.is_file()]
 
 
-def fetch(url: str, timeout: float, accept: str, limit: int) -> tuple[bytes, str, str]:
+def fetch(url: str, timeout: float, accept: str, limit: int, deadline: float | None = None) -> tuple[bytes, str, str]:
     """GET url: its body (at most limit bytes), the URL it ended at (after redirects) and its media type.
 
     Credentials as pip and uv take them: a URL's user:password@ (remembered for its host, so a page's
@@ -171,19 +171,109 @@ def fetch(url: str, timeout: float, accept: str, limit: int) -> tuple[bytes, str
     ~/.netrc), else the keyring's credential for the URL when the optional `keyring` package is installed
     (`pip install 'torch-abi-harness[keyring]'`, as pip's keyring provider). They travel as a Basic
     Authorization header, dropped on a redirect to another host, and every URL in a message or log has its
-    secret replaced by ****."""
+    secret replaced by ****.
+
+    timeout bounds each wait for the server; deadline (default: PAGE_DEADLINE, a download passes its own;
+    $HARNESS_HTTP_DEADLINE overrides both) bounds each attempt as a whole, so a source that trickles a byte
+    at a time cannot hold a command for ever: past it, TimeoutError naming the URL. An answer 500, 502, 503
+    or 504, or a connection reset, is tried again RETRIES times after BACKOFF seconds (uv retries 3 times,
+    pip 5), each retry logged; any other answer is final."""
     plain, credentials = _credentials(url)
-    log.debug("GET %s", plain)
     headers = {"Accept": accept, "User-Agent": f"torch-abi-harness/{__version__}"}
     if credentials is not None:
         token = base64.b64encode(":".join(credentials).encode()).decode()
         headers["Authorization"] = f"Basic {token}"
-    request = urllib.request.Request(plain, headers=headers)
-    with _OPENER.open(request, timeout=timeout) as response:
-        body: bytes = response.read(limit + 1)
-        if len(body) > limit:
-            raise ValueError(f"{redact(url)}: larger than {limit // 2**20} MiB: refused")
-        return body, response.geturl(), response.headers.get_content_type()
+    budget = deadline_seconds(PAGE_DEADLINE if deadline is None else deadline)
+    for attempt in range(RETRIES + 1):
+        log.debug("GET %s", plain)
+        try:
+            return _get(urllib.request.Request(plain, headers=headers), url, timeout, limit, budget)
+        except (urllib.error.HTTPError, urllib.error.URLError, ConnectionResetError) as exc:
+            why = _transient(exc)
+            if why is None or attempt == RETRIES:
+                raise
+            if isinstance(exc, urllib.error.HTTPError):
+                exc.close()
+        log.warning("%s: %s; retry %d of %d in %g s", redact(url), why, attempt + 1, RETRIES, BACKOFF[attempt])
+        time.sleep(BACKOFF[attempt])
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+RETRIES = 3
+BACKOFF = (0.5, 1.0, 2.0)  # seconds before each retry: doubling, as pip's and uv's backoff
+RETRY_STATUSES = frozenset({500, 502, 503, 504})
+PAGE_DEADLINE = 120.0  # a listing or a metadata file, whole (PyPI's torch page takes about a second)
+DOWNLOAD_DEADLINE = 1800.0  # a wheel, whole: 2 GiB at about 1.2 MB/s
+DEADLINE_VARIABLE = "HARNESS_HTTP_DEADLINE"
+
+
+def deadline_seconds(default: float) -> float:
+    """The deadline of one request: $HARNESS_HTTP_DEADLINE (seconds, above 0) when set, else default."""
+    text = os.environ.get(DEADLINE_VARIABLE)
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < float("inf"):
+        raise BadInputError(f"${DEADLINE_VARIABLE}={text!r}: give the seconds a request may take, above 0")
+    return value
+
+
+def _transient(exc: OSError) -> str | None:
+    """Why a failed request is worth another try (a server error, a dropped connection), None when it is not."""
+    if isinstance(exc, urllib.error.HTTPError):
+        return f"HTTP {exc.code} {exc.reason}" if exc.code in RETRY_STATUSES else None
+    reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+    return f"connection reset ({reason})" if isinstance(reason, ConnectionResetError) else None
+
+
+def _get(
+    request: urllib.request.Request, url: str, timeout: float, limit: int, budget: float
+) -> tuple[bytes, str, str]:
+    """One attempt, read in pieces as they come, its whole bounded by budget seconds."""
+    ends = time.monotonic() + budget
+    with _OPENER.open(request, timeout=min(timeout, budget)) as response:
+        pieces: list[bytes] = []
+        size = 0
+        while True:
+            remaining = ends - time.monotonic()
+            if remaining <= 0:
+                raise _past_deadline(url, budget, size)
+            wait = min(timeout, remaining)
+            _wait_at_most(response, wait)
+            try:
+                piece = response.read1(CHUNK_BYTES)
+            except TimeoutError:
+                if wait < timeout:  # the deadline's wait, not the server's silence for `timeout`
+                    raise _past_deadline(url, budget, size) from None
+                raise
+            if not piece:
+                break
+            size += len(piece)
+            if size > limit:
+                raise ValueError(f"{redact(url)}: larger than {limit // 2**20} MiB: refused")
+            pieces.append(piece)
+        return b"".join(pieces), response.geturl(), response.headers.get_content_type()
+
+
+CHUNK_BYTES = 2**20
+
+
+def _past_deadline(url: str, budget: float, size: int) -> TimeoutError:
+    return TimeoutError(
+        f"{redact(url)}: not read whole within its deadline of {budget:g} s ({size} bytes came); "
+        f"a source this slow is not waited for (${DEADLINE_VARIABLE} sets the deadline)"
+    )
+
+
+def _wait_at_most(response: Any, seconds: float) -> None:
+    """The socket under a response waits at most seconds for the next piece (so the deadline is kept even
+    when the server sends nothing at all)."""
+    sock = getattr(getattr(getattr(response, "fp", None), "raw", None), "_sock", None)
+    if sock is not None:
+        sock.settimeout(max(seconds, 0.001))
 
 
 _REMEMBERED: dict[str, tuple[str, str]] = {}  # host[:port] -> credentials an index URL carried, this process

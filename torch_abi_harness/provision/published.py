@@ -23,7 +23,7 @@ from packaging.version import Version
 from torch_abi_harness.core.errors import InfrastructureError, ResolutionError
 from torch_abi_harness.core.files import file_digest, write_atomic
 from torch_abi_harness.core.text import redact
-from torch_abi_harness.provision.index import Listed, fetch, list_source, local_path, sources_of
+from torch_abi_harness.provision.index import DOWNLOAD_DEADLINE, Listed, fetch, list_source, local_path, sources_of
 from torch_abi_harness.provision.sources import ResolvedSources
 from torch_abi_harness.static.prebuilt import ordered_tags
 
@@ -102,6 +102,21 @@ def resolve(requirement: str, python: str, sources: ResolvedSources, cache: Path
     return PublishedWheel(requirement, project, version, path, redact(item.url), file_digest(path))
 
 
+def marker_holds(requirement: Requirement, python: str) -> bool:
+    """Whether the requirement's marker (none: true) holds for CPython `python` (3.12, 3.13t) on this platform,
+    the interpreter and platform a wheel is resolved for."""
+    if requirement.marker is None:
+        return True
+    minor = python.rstrip("t")
+    environment = {
+        "python_version": minor,
+        "python_full_version": f"{minor}.0",
+        "implementation_name": "cpython",
+        "platform_python_implementation": "CPython",
+    }
+    return requirement.marker.evaluate(environment)
+
+
 def _download(item: Listed, folder: Path) -> Path:
     """The listed file in folder, fetched once: a cached copy is reused when it has the digest the source states
     (a local file's own digest; a remote file stated with none is fetched again, never trusted by name)."""
@@ -116,7 +131,7 @@ def _download(item: Listed, folder: Path) -> Path:
             data = local.read_bytes()
         else:
             log.info("downloading %s", redact(item.url))
-            data, _, _ = fetch(item.url, DOWNLOAD_TIMEOUT, "*/*", MAX_WHEEL_BYTES)
+            data, _, _ = fetch(item.url, DOWNLOAD_TIMEOUT, "*/*", MAX_WHEEL_BYTES, DOWNLOAD_DEADLINE)
     except (OSError, ValueError) as exc:
         raise InfrastructureError(f"cannot download {redact(item.url)}: {exc}") from exc
     digest = hashlib.sha256(data).hexdigest()

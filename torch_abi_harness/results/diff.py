@@ -84,6 +84,8 @@ def load_run(path: Path) -> RunResult:
         ) from exc
     except (ValueError, KeyError, TypeError) as exc:
         raise BadInputError(f"{file}: not a results.json of this harness ({type(exc).__name__}: {exc})") from exc
+    except BadInputError as exc:  # a path it names outside the run or the cache: the file is named too
+        raise BadInputError(f"{file}: {exc}") from exc
 
 
 def _state(cell: CellResult) -> str:

@@ -438,7 +438,7 @@ class RunResult:
             hosts=tuple(HostFacts.from_json(h) for h in data.get("hosts", ())),  # from 6
             known_breaks=tuple(KnownBreak.from_json(k) for k in data.get("known_breaks", ())),  # from 6
             candidate=data.get("candidate"),  # from 6
-            published=tuple(PublishedBuild.from_json(p) for p in data.get("published", ())),  # from 8
+            published=_published(data.get("published", ())),  # from 8
             builds=tuple(BuildRow.from_json(b) for b in data.get("build_results", ())),  # from 8
         )
 
@@ -469,6 +469,21 @@ def relative_logs(paths: Sequence[tuple[str, Path | None]], base: Path) -> CellL
         if path is not None and path.exists() and path.is_relative_to(base):
             out[name] = str(path.relative_to(base))
     return CellLogs.from_json(out)
+
+
+def _published(entries: Any) -> tuple[PublishedBuild, ...]:
+    """The published builds as results.json gives them, refused (bad input, naming the key) unless each filename is
+    a plain file name: `census --verify` opens it in the cache, and `../` must not reach a file outside it."""
+    found = []
+    for index, entry in enumerate(entries):
+        published = PublishedBuild.from_json(entry)
+        if "/" in published.filename or not run_relative(published.filename):
+            raise BadInputError(
+                f"published[{index}].filename is {published.filename!r}, not a file name in the cache's wheels/ "
+                "(a results.json names only the files it downloaded: this one was changed or written elsewhere)"
+            )
+        found.append(published)
+    return tuple(found)
 
 
 def _own_files(cell: str, logs: Any) -> dict[str, str]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import zipfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from torch_abi_harness.core.status import Condition
 from torch_abi_harness.static import host_libraries
 from torch_abi_harness.static.sonames import CUDA_MAJOR_LIBRARY, OTHER_CUDA_LIBRARY, TORCH_CUDA_LIBRARY
 from torch_abi_harness.static.symbols import SharedObject, read_artifact
+from torch_abi_harness.static.wheelfile import open_wheel
 
 # The NVIDIA driver's own libraries: installed with the GPU driver, never by torch, CUDA wheels or a toolkit (a
 # toolkit's stubs/libcuda.so only links); a machine without a GPU driver has none of them.
@@ -112,7 +112,7 @@ def wheel_tags(path: Path) -> frozenset[Tag]:
         tags |= parse_wheel_filename(path.name)[3]
     except InvalidWheelFilename:
         pass
-    with zipfile.ZipFile(path) as wheel:
+    with open_wheel(path) as wheel:
         for member in wheel.namelist():
             if re.fullmatch(r"[^/]+\.dist-info/WHEEL", member):
                 for line in wheel.read(member).decode("utf-8", "replace").splitlines():

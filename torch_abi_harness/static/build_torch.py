@@ -36,6 +36,7 @@ from packaging.version import InvalidVersion, Version
 
 from torch_abi_harness.core.versions import ApiLevel
 from torch_abi_harness.static.predict import Prediction
+from torch_abi_harness.static.wheelfile import Wheel, open_wheel
 
 PINNED, UNKNOWN = "pinned", "unknown"
 _READ_AT_MOST = 256 * 1024  # a version file, a build record or an __init__.py larger than this is not one to read
@@ -73,14 +74,14 @@ class BuildTorch:
         return f"torch {shown}, {self.how}" + (f" ({self.said})" if self.said else "")
 
 
-def metadata_text(wheel: zipfile.ZipFile) -> str:
+def metadata_text(wheel: Wheel) -> str:
     name = next((n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")), None)
     return wheel.read(name).decode(errors="replace") if name else ""
 
 
 def torch_requirement(path: Path) -> tuple[str | None, Version | None]:
     """The wheel's Requires-Dist on torch (with no extra), and the release it pins exactly, if it does."""
-    with zipfile.ZipFile(path) as wheel:
+    with open_wheel(path) as wheel:
         text = metadata_text(wheel)
     for line in Parser().parsestr(text).get_all("Requires-Dist") or ():
         try:
@@ -99,7 +100,7 @@ def read_build_torch(path: Path) -> BuildTorch:
     pin, pinned = torch_requirement(path)
     if pinned is not None:
         return BuildTorch(Version(pinned.base_version), PINNED, pin or "")
-    with zipfile.ZipFile(path) as wheel:
+    with open_wheel(path) as wheel:
         members = [
             m
             for m in wheel.infolist()
@@ -127,7 +128,7 @@ def _torch_version(text: object) -> Version | None:
 
 
 # Each reader: the wheel, its members that may be read, its own version as its METADATA gives it.
-def _from_build_records(wheel: zipfile.ZipFile, members: list[zipfile.ZipInfo], _version: str) -> BuildTorch | None:
+def _from_build_records(wheel: Wheel, members: list[zipfile.ZipInfo], _version: str) -> BuildTorch | None:
     for member in (m for m in members if m.filename.endswith(".json")):
         try:
             data = json.loads(wheel.read(member))
@@ -145,7 +146,7 @@ def _from_build_records(wheel: zipfile.ZipFile, members: list[zipfile.ZipInfo], 
     return None
 
 
-def _assignments(wheel: zipfile.ZipFile, member: zipfile.ZipInfo) -> list[tuple[str, object]]:
+def _assignments(wheel: Wheel, member: zipfile.ZipInfo) -> list[tuple[str, object]]:
     """A Python file's module-level assignments of constants and dicts: (name, value), in order."""
     try:
         tree = ast.parse(wheel.read(member).decode(errors="replace"))
@@ -169,7 +170,7 @@ def _version_files(members: list[zipfile.ZipInfo]) -> list[zipfile.ZipInfo]:
     return [m for m in members if _VERSION_FILES.fullmatch(PurePosixPath(m.filename).name)]
 
 
-def _from_version_files(wheel: zipfile.ZipFile, members: list[zipfile.ZipInfo], _version: str) -> BuildTorch | None:
+def _from_version_files(wheel: Wheel, members: list[zipfile.ZipInfo], _version: str) -> BuildTorch | None:
     for member in _version_files(members):
         for name, value in _assignments(wheel, member):
             release = _torch_version(value) if name.lower().replace("_", "") in _TORCH_NAMES else None
@@ -192,7 +193,7 @@ def from_local_label(version: str) -> tuple[Version, bool] | None:
     return (Version(f"{series[1]}.{series[2]}.0"), False) if series else None
 
 
-def _from_own_version(wheel: zipfile.ZipFile, members: list[zipfile.ZipInfo], version: str) -> BuildTorch | None:
+def _from_own_version(wheel: Wheel, members: list[zipfile.ZipInfo], version: str) -> BuildTorch | None:
     found = from_local_label(version)
     if found is not None:
         return BuildTorch(found[0], "read from its METADATA", f"Version: {version}", exact=found[1])
@@ -204,7 +205,7 @@ def _from_own_version(wheel: zipfile.ZipFile, members: list[zipfile.ZipInfo], ve
     return None
 
 
-def _from_compat_table(wheel: zipfile.ZipFile, members: list[zipfile.ZipInfo], version: str) -> BuildTorch | None:
+def _from_compat_table(wheel: Wheel, members: list[zipfile.ZipInfo], version: str) -> BuildTorch | None:
     """A top-level package's table of its own major.minor to the torch series it is built for (fbgemm_gpu's)."""
     own = _version_or_none(version)
     if own is None:

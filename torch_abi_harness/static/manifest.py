@@ -14,7 +14,6 @@ import io
 import json
 import logging
 import re
-import zipfile
 from collections.abc import Iterable, Iterator
 from importlib import resources
 from pathlib import Path
@@ -25,6 +24,7 @@ from packaging.version import InvalidVersion, Version
 from torch_abi_harness.core.errors import BadInputError, InfrastructureError
 from torch_abi_harness.core.versions import ApiLevel
 from torch_abi_harness.static.symbols import STABLE_C_NAME, read_shared_object
+from torch_abi_harness.static.wheelfile import Wheel, open_wheel
 
 log = logging.getLogger(__name__)
 
@@ -159,14 +159,14 @@ def _device_of(header: str) -> str | None:
     return match[1] if match and match[1] != "mkldnn" else None
 
 
-def open_torch_wheel(path: Path) -> zipfile.ZipFile:
+def open_torch_wheel(path: Path) -> Wheel:
     """The zip of a torch wheel; a file that is not a zip, or a wheel without torch/version.py, is the user's
     bad input (BadInputError) naming the file and what it is not. `gate` checks its --candidate-wheel so,
     before any work."""
     try:
-        wheel = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError) as exc:
-        raise BadInputError(f"{path}: not a wheel ({exc}); pass a torch wheel (torch-X.Y.Z-...whl)") from exc
+        wheel = open_wheel(path)
+    except BadInputError as exc:
+        raise BadInputError(f"{exc}; pass a torch wheel (torch-X.Y.Z-...whl)") from exc
     if "torch/version.py" not in wheel.namelist():
         wheel.close()
         raise BadInputError(f"{path}: not a torch wheel (it has no torch/version.py); pass a torch wheel")

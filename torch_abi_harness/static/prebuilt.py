@@ -13,7 +13,6 @@ from __future__ import annotations
 import glob
 import os
 import re
-import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -22,12 +21,14 @@ from packaging.tags import Tag, compatible_tags, cpython_tags, platform_tags
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
+from torch_abi_harness.core.errors import BadInputError
 from torch_abi_harness.core.kinds import Recipe
 from torch_abi_harness.core.schema import Document
 from torch_abi_harness.core.versions import ApiLevel
 from torch_abi_harness.static.manifest import Manifest
 from torch_abi_harness.static.predict import ArtifactImports
 from torch_abi_harness.static.symbols import SharedObject
+from torch_abi_harness.static.wheelfile import is_zip, open_wheel
 
 SHARED_OBJECT = re.compile(r"\.so(\.|$)")
 TORCH_LIBRARY = re.compile(r"^lib(torch\w*|c10\w*)\.so$")  # what an extension module of torch's links
@@ -66,10 +67,13 @@ def wheel_problems(path: Path, module: str) -> list[str]:
         parse_wheel_filename(path.name)
     except InvalidWheelFilename as exc:
         return [f"{path.name} is not a wheel file name ({exc}); give the .whl a build tool produced"]
-    if not zipfile.is_zipfile(path):
+    if not is_zip(path):
         return [f"{path} is not a wheel: not a zip archive (a truncated download or a pointer file?)"]
-    with zipfile.ZipFile(path) as wheel:
-        names = wheel.namelist()
+    try:
+        with open_wheel(path) as wheel:
+            names = wheel.namelist()
+    except BadInputError as exc:
+        return [str(exc)]
     problems: list[str] = []
     if not any(SHARED_OBJECT.search(n) for n in names):
         problems.append(f"{path.name} holds no shared object (.so): nothing in it uses the stable ABI")

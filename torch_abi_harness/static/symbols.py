@@ -18,7 +18,6 @@ import logging
 import os
 import re
 import threading
-import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any
@@ -28,6 +27,7 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.gnuversions import GNUVerNeedSection
 
 from torch_abi_harness.core.errors import BadInputError
+from torch_abi_harness.static.wheelfile import is_zip, open_wheel
 
 log = logging.getLogger(__name__)
 
@@ -126,9 +126,9 @@ def read_artifact(path: Path) -> list[SharedObject]:
     if not path.exists():
         raise BadInputError(f"{path}: no such file")
     if path.suffix == ".whl":
-        if not zipfile.is_zipfile(path):
+        if not is_zip(path):
             raise BadInputError(f"{path}: not a wheel (not a zip archive)")
-        with zipfile.ZipFile(path) as wheel:
+        with open_wheel(path) as wheel:
             members = [m for m in wheel.namelist() if re.search(r"\.so(\.|$)", m)]
             if not members:
                 raise BadInputError(f"{path}: the wheel holds no shared object")

@@ -21,7 +21,6 @@ import os
 import re
 import subprocess
 import tempfile
-import zipfile
 from collections.abc import Iterator, Sequence
 from importlib import resources
 from pathlib import Path
@@ -31,6 +30,7 @@ from packaging.version import Version
 
 from torch_abi_harness.core.errors import BadInputError, InfrastructureError
 from torch_abi_harness.core.versions import ApiLevel, release_of
+from torch_abi_harness.static.wheelfile import open_wheel
 
 log = logging.getLogger(__name__)
 
@@ -312,7 +312,7 @@ class HeaderSource:
 
 def include_of_wheel(wheel: Path, workdir: Path) -> HeaderSource:
     """Extract torch/include from a torch wheel into workdir."""
-    with zipfile.ZipFile(wheel) as archive:
+    with open_wheel(wheel) as archive:
         names = archive.namelist()
         if "torch/version.py" not in names:
             raise BadInputError(f"{wheel}: not a torch wheel (no torch/version.py)")
