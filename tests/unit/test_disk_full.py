@@ -24,7 +24,15 @@ def failed_cell(tmp_path: Path, message: str = "assert 1 == 2", stdout: str = ""
     (tmp_path / "stdout.log").write_text(stdout)
     (tmp_path / "stderr.log").write_text("")
     view = CellView(("python",), {}, tmp_path / "site", tmp_path / "junit.xml", tmp_path / "probe.json", "python")
-    return CellExecution(code, False, 0.0, 1.0, tmp_path / "stdout.log", tmp_path / "stderr.log", view)
+    return CellExecution(
+        code,
+        timed_out=False,
+        launched_at=0.0,
+        seconds=1.0,
+        stdout=tmp_path / "stdout.log",
+        stderr=tmp_path / "stderr.log",
+        view=view,
+    )
 
 
 def test_a_test_failure_with_no_sign_of_a_full_disk_stays_test_failed(tmp_path: Path) -> None:
@@ -45,7 +53,7 @@ def test_enospc_in_the_cells_output_makes_a_failure_error_naming_the_disk(tmp_pa
 
 def test_a_passing_cell_that_printed_the_words_still_passes(tmp_path: Path) -> None:
     execution = failed_cell(tmp_path, stdout="No space left on device", code=0)
-    (tmp_path / "junit.xml").write_text(FAILED.format(message="x").replace("<failure message=\"x\"/>", ""))
+    (tmp_path / "junit.xml").write_text(FAILED.format(message="x").replace('<failure message="x"/>', ""))
     assert classify(execution, 60).status is Status.PASS
 
 
