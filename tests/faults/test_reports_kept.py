@@ -77,9 +77,8 @@ def test_R1_links_a_fifo_and_a_big_file_leave_the_report_and_it_copies_and_archi
     left_out = _left_out(workspace)
     copied = subprocess.run(["cp", "-r", workspace.reports, tmp_path / "copy"], capture_output=True, timeout=120)
     archive = tmp_path / "reports.tgz"
-    packed = subprocess.run(
-        ["tar", "czf", archive, "-C", workspace.reports.parent, workspace.reports.name], capture_output=True, timeout=120
-    )
+    tar_argv = ["tar", "czf", archive, "-C", workspace.reports.parent, workspace.reports.name]
+    packed = subprocess.run(tar_argv, capture_output=True, timeout=120)
     with tarfile.open(archive) as tar:
         members = tar.getmembers()
     links = [f"{m.name} -> {m.linkname}" for m in members if m.issym() or m.islnk()]

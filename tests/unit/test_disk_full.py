@@ -1,13 +1,13 @@
 """collect's disk rule: a failed cell whose disk was full is ERROR naming the disk, never TEST_FAILED (real files
 in tmp_path; the full file system itself is the fault tier's, tests/faults/test_reports_kept.py R3)."""
 
-import json
 from pathlib import Path
 
 import pytest
 
+from tests.unit.test_collect import LOADED, cell
 from torch_abi_harness.core.status import Status
-from torch_abi_harness.execute.api import CellExecution, CellView
+from torch_abi_harness.execute.api import CellExecution
 from torch_abi_harness.run import collect
 from torch_abi_harness.run.collect import classify, says_no_space
 
@@ -15,24 +15,12 @@ FAILED = """<testsuites><testsuite name="pytest" tests="2" time="0.5">
 <testcase classname="test_x" name="test_ok" time="0.1"/>
 <testcase classname="test_x" name="test_write" time="0.1"><failure message="{message}"/></testcase>
 </testsuite></testsuites>"""
-LOADED = {"phase": "finished", "load_ok": True, "torch_version": "2.13.0+cpu", "module_file": None}
 
 
 def failed_cell(tmp_path: Path, message: str = "assert 1 == 2", stdout: str = "", code: int = 1) -> CellExecution:
-    (tmp_path / "probe.json").write_text(json.dumps(LOADED))
-    (tmp_path / "junit.xml").write_text(FAILED.format(message=message))
+    """A cell whose pytest exited `code` with one failing test (its failure saying `message`), its stdout given."""
     (tmp_path / "stdout.log").write_text(stdout)
-    (tmp_path / "stderr.log").write_text("")
-    view = CellView(("python",), {}, tmp_path / "site", tmp_path / "junit.xml", tmp_path / "probe.json", "python")
-    return CellExecution(
-        code,
-        timed_out=False,
-        launched_at=0.0,
-        seconds=1.0,
-        stdout=tmp_path / "stdout.log",
-        stderr=tmp_path / "stderr.log",
-        view=view,
-    )
+    return cell(tmp_path, code, LOADED, FAILED.format(message=message))
 
 
 def test_a_test_failure_with_no_sign_of_a_full_disk_stays_test_failed(tmp_path: Path) -> None:

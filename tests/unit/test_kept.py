@@ -69,17 +69,22 @@ def test_the_cells_own_files_stop_at_the_per_cell_total_but_its_logs_never_count
     assert (cell / "stderr.log").exists()
 
 
-@pytest.mark.parametrize("name", ["core", "core.4242", "dump.bin"])
-def test_core_dumps_are_always_left_out(tmp_path: Path, name: str) -> None:
+ELF_CORE = b"\x7fELF\x02\x01\x01" + b"\0" * 9 + b"\x04\x00" + b"\0" * 46
+
+
+@pytest.mark.parametrize(
+    ("name", "content"), [("core", b"whatever"), ("core.4242", b"whatever"), ("dump.bin", ELF_CORE)]
+)
+def test_core_dumps_are_always_left_out(tmp_path: Path, name: str, content: bytes) -> None:
     """By the kernel's names for one, or by an ELF header of type ET_CORE whatever the name; small or not."""
     cell = tmp_path / "cell"
     cell.mkdir()
-    elf_core = b"\x7fELF\x02\x01\x01" + b"\0" * 9 + b"\x04\x00" + b"\0" * 46
-    (cell / name).write_bytes(elf_core)
-    (cell / "not-a-core").write_bytes(elf_core[:16] + b"\x03\x00")  # ET_DYN: a shared library
+    (cell / name).write_bytes(content)
+    (cell / "not-a-core").write_bytes(ELF_CORE[:16] + b"\x03\x00")  # ET_DYN: a shared library
+    (cell / "core-notes.txt").write_text("a name like a core's is not one")
     found = keep_plain_files(cell)
-    assert [str(f) for f in found] == [f"{name} ({len(elf_core)} bytes, a core dump)"]
-    assert _everything(cell) == {"not-a-core", LEFT_OUT_FILE}
+    assert [str(f) for f in found] == [f"{name} ({len(content)} bytes, a core dump)"]
+    assert _everything(cell) == {"not-a-core", "core-notes.txt", LEFT_OUT_FILE}
 
 
 def test_names_upload_artifact_refuses_and_folders_too_deep(tmp_path: Path) -> None:
