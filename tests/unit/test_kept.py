@@ -2,6 +2,7 @@
 
 import os
 import socket
+import stat
 import subprocess
 import tarfile
 from pathlib import Path
@@ -117,6 +118,20 @@ def test_nothing_left_out_writes_no_list_and_removes_a_planted_one(tmp_path: Pat
     (clean / "junit.xml").write_text("<testsuites/>")
     assert keep_plain_files(clean) == ()
     assert _everything(clean) == {"junit.xml"}
+
+
+def test_what_a_cell_made_unreadable_is_given_back_to_its_owner(tmp_path: Path) -> None:
+    """A folder or a file of mode 000 stops `cp -r` by the run's user: the sweep restores the owner's access."""
+    cell = tmp_path / "cell"
+    (cell / "locked").mkdir(parents=True)
+    (cell / "locked" / "inside").write_text("x")
+    (cell / "secret").write_text("y")
+    (cell / "secret").chmod(0)
+    (cell / "locked").chmod(0)
+    assert keep_plain_files(cell) == ()
+    assert stat.S_IMODE((cell / "locked").stat().st_mode) == 0o700
+    assert stat.S_IMODE((cell / "secret").stat().st_mode) == 0o600
+    assert (cell / "locked" / "inside").read_text() == "x"
 
 
 def test_a_cell_directory_that_is_a_link_is_not_followed(tmp_path: Path) -> None:

@@ -86,6 +86,20 @@ def _not_plain(info: os.stat_result) -> str | None:
     return "not a regular file"
 
 
+def _made_readable(fd: int, name: str, info: os.stat_result) -> str | None:
+    """Give its owner read access (and a directory's, entry) where a cell took it away, so a copy by the run's
+    user does not stop at it; why it is left out when that cannot be done. (Known a directory or a regular file:
+    chmod follows no link here.)"""
+    wanted = 0o700 if stat.S_ISDIR(info.st_mode) else 0o600
+    if info.st_mode & wanted == wanted:
+        return None
+    try:
+        os.chmod(name, stat.S_IMODE(info.st_mode) | wanted, dir_fd=fd)
+    except OSError as exc:
+        return f"not readable by the run's user: {exc.strerror or exc}"
+    return None
+
+
 def _is_core(name: str, dir_fd: int) -> bool:
     """A core dump: named as the kernel names one (core, core.<pid>), or an ELF file of type ET_CORE."""
     if CORE_NAME.fullmatch(name):
@@ -129,7 +143,7 @@ class _Sweep:
             return "a name upload-artifact refuses"
         if depth == 0 and name == LEFT_OUT_FILE:
             return "the harness's name for this list"
-        why = _not_plain(info)
+        why = _not_plain(info) or _made_readable(fd, name, info)
         if why is not None:
             return why
         if stat.S_ISDIR(info.st_mode):
