@@ -82,9 +82,10 @@ timeout --signal=INT --kill-after=30 "$HARNESS_TIMEOUT" \
 
 latest="$WORK/reports/latest"
 for name in summary.md results.json junit.xml report.html; do
-  if [ -f "$latest/$name" ]; then cp "$latest/$name" "$OUT/"; fi
+  if [ -f "$latest/$name" ] && [ ! -L "$latest/$name" ]; then cp --no-dereference "$latest/$name" "$OUT/"; fi
 done
 if [ -d "$latest/" ]; then
+  # tar without -h: a link is archived as a link, never followed (a report holds none: cells' are removed)
   tar -czf "$OUT/run.tar.gz" -C "$(readlink -f "$latest")/.." "$(basename "$(readlink -f "$latest")")"
   if [ "$(stat -c %s "$OUT/run.tar.gz")" -ge $((16 * 1024 * 1024)) ]; then
     rm "$OUT/run.tar.gz"

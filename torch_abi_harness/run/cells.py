@@ -27,6 +27,7 @@ from torch_abi_harness.results.model import CellResult, Durations, relative_logs
 from torch_abi_harness.results.prediction import CellPrediction
 from torch_abi_harness.run.collect import CellOutcome, classify
 from torch_abi_harness.run.judge import Observed, judge_cell
+from torch_abi_harness.run.kept import LEFT_OUT_FILE, keep_plain_files
 from torch_abi_harness.run.prepare import Prepared, Preparer
 from torch_abi_harness.static import host_libraries
 from torch_abi_harness.static.artifact import RuntimeFacts, python_problem, wheel_tags
@@ -110,9 +111,14 @@ class CellRunner:
         )
 
     def execute(self, request: CellRequest) -> tuple[CellExecution, CellOutcome]:
-        """Run the request; what it left, and the outcome classified from it."""
+        """Run the request; what it left, and the outcome classified from it. Then its directory keeps only
+        plain files within the caps (after classify: the disk rule measures free space before any is freed)."""
         execution = self.backend.execute(request)
-        return execution, classify(execution, request.timeout)
+        outcome = classify(execution, request.timeout)
+        left_out = keep_plain_files(request.out_dir)
+        if left_out:
+            log.warning("%s: left out of the report: %s", request.cell.id, "; ".join(map(str, left_out)))
+        return execution, outcome
 
     def cell_dir(self, cell_id: str, attempt: int = 1) -> Path:
         """Where a cell runs and its result.json goes. A cell run again (--rerun-broken) runs attempt K in
@@ -208,6 +214,7 @@ class CellRunner:
                     ("junit", execution.junit),
                     ("probe", execution.probe),
                     ("build", build.log),
+                    ("left_out", request.out_dir / LEFT_OUT_FILE),
                 ],
                 self.run_dir,
             ),
@@ -216,7 +223,8 @@ class CellRunner:
 
     def reconsider(self, request: CellRequest, execution: CellExecution, outcome: CellOutcome) -> CellOutcome:
         """The outcome as evidence: no GPU where one is required, a cell the run's stop cut short, or one
-        that failed on a damaged env, build, test dependencies or a full disk is ERROR, not the extension's."""
+        that failed on a damaged env, build or test dependencies is ERROR, not the extension's (a full disk: collect's
+        disk_full rule)."""
         if request.cell.runtime.device == Device.CUDA and outcome.status is Status.SKIPPED and self.options.require_gpu:
             return dataclasses.replace(outcome, status=Status.ERROR, reason=f"--require-gpu: {outcome.reason}")
         stopped = processes.REGISTRY.stopping.is_set() or self.backend.stopping

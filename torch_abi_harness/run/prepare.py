@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import shutil
 from pathlib import Path
 from typing import Protocol
 
@@ -22,7 +21,6 @@ from torch_abi_harness.provision.testdeps import Conflict, Overlay, OverlayManag
 from torch_abi_harness.results.model import CellResult
 
 log = logging.getLogger(__name__)
-LOW_DISK_BYTES = 16 * 2**20  # less free space than this where a cell writes: its failure proves nothing
 
 
 class Observer(Protocol):
@@ -200,9 +198,9 @@ class Preparer:
         return results
 
     def damage(self, request: CellRequest, overlay: Overlay | None) -> str | None:
-        """After a cell failed: is what it ran on still as verified at the start, and did it have room
-        to write? If not, the failure is no evidence about the extension. (An image is the engine's to keep.)"""
-        runtime, build, out = request.runtime, request.build, request.out_dir
+        """After a cell failed: is what it ran on still as verified at the start? If not, the failure is no
+        evidence about the extension. (An image is the engine's to keep.)"""
+        runtime, build = request.runtime, request.build
         damage = self.envs.verify(runtime.env) if runtime.env is not None else None
         if damage:
             return f"the torch {runtime.torch_version} env was damaged during the run: {damage}"
@@ -212,10 +210,4 @@ class Preparer:
         damage = self.overlays.verify(overlay) if overlay is not None else None
         if damage:
             return f"the test dependencies ({overlay and overlay.describe()}) were damaged during the run: {damage}"
-        try:
-            free = shutil.disk_usage(out).free
-        except OSError:
-            free = None
-        if free is not None and free < LOW_DISK_BYTES:
-            return f"the disk holding {out} is full ({free} bytes free)"
-        return None
+        return None  # a full disk is classify's to see (run/collect.py: disk_full), before the sweep frees any
