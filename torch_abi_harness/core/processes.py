@@ -66,6 +66,13 @@ class ProcessRegistry:
         terminate_groups(groups, grace)
 
 
+    def kill_now(self) -> None:
+        """SIGKILL every registered group at once, from a signal handler: takes no lock, since the code the signal
+        interrupted may hold it (a copy of the set is taken whole under the GIL)."""
+        for pgid in list(self._groups):
+            kill_group(pgid, signal.SIGKILL)
+
+
 def terminate_groups(groups: Sequence[int], grace: float) -> None:
     """SIGTERM each process group, SIGKILL what is left after grace seconds (at once when grace is 0)."""
     if grace > 0:

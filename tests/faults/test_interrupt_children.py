@@ -1,0 +1,87 @@
+"""Interrupts and children: a second interrupt while the first is handled, and a harness killed outright, leave
+neither a traceback nor a process behind."""
+
+import contextlib
+import json
+import os
+import signal
+import time
+
+import pytest
+from kit import processes_mentioning
+
+SLEEPS = """
+import signal
+import time
+
+from @NS@ import ops
+
+def test_sleeps():
+    assert ops.answer() == 41
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the harness's first stop waits its grace out
+    time.sleep(120)
+"""
+
+
+def _wait_for(predicate, what: str, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"never happened: {what}")
+
+
+def _interrupted_twice(workspace, first: signal.Signals, then: signal.Signals, every: float | None):
+    """A run of a sleeping cell whose test ignores SIGTERM (the harness's first stop waits its grace out): `first`
+    once its test runs, then `then` 5 ms later, and again every `every` seconds until the harness exits."""
+    workspace.add_extension("sleeper", SLEEPS)
+    workspace.write_matrix("  - extension: sleeper\n    torch: 2.13.0\n    target: '2.10'\n")
+    proc = workspace.start()
+    probe = lambda: next(workspace.reports.glob("*/cells/*/probe.json"), None)  # noqa: E731
+    _wait_for(lambda: probe() is not None and '"tests"' in probe().read_text(), "the cell's tests started")
+    os.killpg(proc.pid, first)
+    time.sleep(0.005)
+    os.killpg(proc.pid, then)
+    while every is not None and proc.poll() is None:
+        time.sleep(every)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, then)
+    out, _ = proc.communicate(timeout=60)
+    time.sleep(0.5)
+    return proc.returncode, out, processes_mentioning(str(workspace.reports))
+
+
+@pytest.mark.usefixtures("shared_cache")
+def test_Q5_a_second_interrupt_while_the_first_is_handled_exits_3_with_the_report(workspace, catalogue) -> None:
+    """Q5: two interrupts milliseconds apart printed a traceback and exited 130: the second KeyboardInterrupt escaped
+    the handling of the first. Now the second kills every command at once and the report is still written."""
+    code, out, left = _interrupted_twice(workspace, signal.SIGINT, signal.SIGINT, None)
+    results = json.loads(next(workspace.reports.glob("*/results.json")).read_text())
+    catalogue(
+        "Q5",
+        "SIGINT twice, 5 ms apart, while a cell's test runs",
+        "exit 3, no traceback, results.json written (interrupted), no process of the run left",
+        f"exit {code}; traceback: {'Traceback' in out}; interrupted: {results['interrupted']}; "
+        f"{len(left)} process(es) left",
+    )
+    assert code == 3, out
+    assert "Traceback" not in out, out
+    assert results["interrupted"] is True
+    assert left == []
+
+
+@pytest.mark.usefixtures("shared_cache")
+def test_Q5b_interrupts_every_20_ms_until_the_harness_ends_never_kill_it_by_signal(workspace, catalogue) -> None:
+    """Q5b: a SIGINT that arrived as the harness exited, after its report, killed it by that signal (Python restores
+    the default action as it finalizes): exit 130, not 3. Now: SIGTERM, then SIGINT every 20 ms until it is gone."""
+    code, out, left = _interrupted_twice(workspace, signal.SIGTERM, signal.SIGINT, 0.02)
+    catalogue(
+        "Q5b",
+        "SIGTERM, then SIGINT every 20 ms until the harness exits (a hammered Ctrl-C)",
+        "exit 3, no traceback, no process of the run left",
+        f"exit {code}; traceback: {'Traceback' in out}; {len(left)} process(es) left",
+    )
+    assert code == 3, out
+    assert "Traceback" not in out, out
+    assert left == []
