@@ -13,7 +13,16 @@ from typing import Any
 from packaging.version import Version
 
 from torch_abi_harness import __version__
-from torch_abi_harness.config import BuildSpec, CudaPolicy, Device, Extension, Matrix, RuntimeSpec, is_path
+from torch_abi_harness.config import (
+    BuildSpec,
+    CudaPolicy,
+    Device,
+    Extension,
+    Matrix,
+    RuntimeSpec,
+    is_path,
+    selector_pattern,
+)
 from torch_abi_harness.core.errors import ConfigError, SelectionError
 from torch_abi_harness.core.files import content_digest, file_digest
 from torch_abi_harness.core.kinds import Backend
@@ -273,11 +282,6 @@ class Plan:
     def needed_runtimes(self) -> tuple[Runtime, ...]:
         used = {cell.runtime for cell in self.cells}
         return tuple(r for r in self.runtimes if r in used)
-
-
-def selector_pattern(selector: str) -> str:
-    """A selector matches any part of a cell id; * ? [...] are glob wildcards within it."""
-    return f"*{selector}*"
 
 
 def _check_unique(kind: str, ids: Sequence[str], matrix: Matrix) -> None:

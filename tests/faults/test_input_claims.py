@@ -45,3 +45,61 @@ def test_Q3_a_results_json_of_a_newer_schema_is_refused_by_every_reader(workspac
         assert "upgrade" in said, (name, said)
     assert not (workspace.root / "merged").exists()
     assert harness("report", run_dir, cwd=workspace.root, env=workspace.env).returncode == 0  # its own version reads
+
+
+CATCH_ALL = """known_breaks:
+  - name: everything-forever
+    {key}: {value}
+    reason: "silence"
+    link: https://example.invalid/1
+    expires: 2099-12-31
+{more}"""
+
+
+@pytest.mark.parametrize(
+    "probe, key, value", [("Q2", "cells", '"*"'), ("Q2b", "symbols", '["*"]'), ("Q2c", "cells", '["@"]')]
+)
+def test_Q2_a_known_break_matching_everything_needs_acknowledge_all(workspace, catalogue, probe, key, value) -> None:
+    """Q2: a known break with `cells: "*"` or `symbols: ["*"]` and a far expiry acknowledged every break silently.
+    Now refused (exit 2, naming the file, the entry and the key) unless it says `acknowledge_all: true`."""
+    workspace.write_matrix(
+        "  - extension: probe_ext\n    torch: 2.13.0\n    target: '2.10'\n",
+        extra=CATCH_ALL.format(key=key, value=value, more=""),
+    )
+    result = workspace.run()
+    said = " ".join(result.stdout.split())
+    catalogue(
+        probe,
+        f"a known break with `{key}: {value}`, expiring 2099, without acknowledge_all",
+        "exit 2 naming the file, the entry and the key, before any work",
+        observed(result),
+    )
+    assert result.returncode == 2, result.stdout
+    for text in (str(workspace.matrix), f"known_breaks[0].{key}", "'everything-forever' acknowledges every", "acknowledge_all: true"):
+        assert text in said, said
+    assert not (workspace.cache / "envs").exists()
+
+
+@pytest.mark.usefixtures("shared_cache")
+def test_Q2d_an_acknowledged_catch_all_is_named_in_every_report(workspace, catalogue) -> None:
+    """Q2d: with `acknowledge_all: true` the entry holds, and the terminal, summary.md and report.html name it."""
+    workspace.write_matrix(
+        "  - extension: probe_ext\n    torch: 2.13.0\n    target: '2.10'\n",
+        extra=CATCH_ALL.format(key="cells", value='"*"', more="    acknowledge_all: true\n"),
+    )
+    result = workspace.run()
+    run_dir = workspace.reports / "latest"
+    named = {
+        "terminal": "acknowledge_all" in result.stdout,
+        "summary.md": "acknowledge_all" in (run_dir / "summary.md").read_text(),
+        "report.html": "acknowledge_all" in (run_dir / "report.html").read_text(),
+        "results.json": workspace.results()["known_breaks"][0].get("acknowledge_all") is True,
+    }
+    catalogue(
+        "Q2d",
+        'a known break with `cells: "*"` and `acknowledge_all: true`',
+        "the run goes on; the terminal, summary.md, report.html and results.json name the entry as acknowledging all",
+        f"{observed(result)}; named in: {', '.join(k for k, v in named.items() if v) or 'none'}",
+    )
+    assert result.returncode == 0, result.stdout
+    assert all(named.values()), named
