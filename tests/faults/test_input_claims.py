@@ -103,3 +103,45 @@ def test_Q2d_an_acknowledged_catch_all_is_named_in_every_report(workspace, catal
     )
     assert result.returncode == 0, result.stdout
     assert all(named.values()), named
+
+
+@pytest.mark.usefixtures("shared_cache")
+def test_Q4_shards_of_a_wheel_extension_whose_tests_changed_are_not_merged(workspace, catalogue) -> None:
+    """Q4: a `recipe: wheel` extension's plan identity held the wheel's digest alone: two shards run with different
+    tests merged as one plan, "every promise kept". Now the tests are part of the identity and merge refuses."""
+    out = workspace.root / "built"
+    made = harness(
+        "build", "--matrix", workspace.matrix, "--torch", "2.13.0", "--out", out, "--cache-dir", workspace.cache,
+        cwd=workspace.root, env=workspace.env,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stdout
+    (wheel,) = out.rglob("*.whl")
+    ext = workspace.root / "extensions" / "wheel_ext"
+    (ext / "dist").mkdir(parents=True)
+    shutil.copy(wheel, ext / "dist")
+    shutil.copytree(workspace.root / "extensions" / "probe_ext" / "tests", ext / "tests")
+    (ext / "extension.yaml").write_text(
+        "name: wheel_ext\nmodule: probe_ext\nmin_target: '2.10'\nrecipe: wheel\nwheel: dist/*.whl\ntests: tests\n"
+    )
+    workspace.write_matrix(
+        "  - extension: wheel_ext\n    torch: 2.13.0\n    target: '2.10'\n", runtimes="  - torch: [2.13.0, 2.14.1]\n"
+    )
+    first = workspace.run("--shard", "1/2", "--by", "runtime")
+    assert first.returncode == 0, first.stdout
+    (test_file,) = (ext / "tests").glob("test_*.py")
+    test_file.write_text(test_file.read_text().replace("ops.answer() == 41", "ops.answer() >= 0"))
+    second = workspace.run("--shard", "2/2", "--by", "runtime")
+    assert second.returncode == 0, second.stdout
+    shards = sorted(p for p in workspace.reports.iterdir() if p.is_dir() and not p.is_symlink())
+    merged = harness("merge", *shards, "--reports-dir", workspace.root / "merged", cwd=workspace.root, env=workspace.env)
+    said = " ".join(merged.stdout.split())
+    catalogue(
+        "Q4",
+        "shards of a `recipe: wheel` extension run with different tests (one assertion changed between them)",
+        "merge refuses: exit 2, naming the extension's tests as the difference",
+        observed(merged),
+    )
+    assert len(shards) == 2
+    assert merged.returncode == 2, merged.stdout
+    assert "shards of different plans" in said and "extension wheel_ext tests (" in said, said
+    assert not (workspace.root / "merged").exists()
