@@ -4,11 +4,39 @@ with exit 2 naming the file, what it claims and the evidence against it."""
 
 import json
 import shutil
+import subprocess
 
 import pytest
 from kit import harness, observed
 
 from torch_abi_harness.results.model import RESULTS_SCHEMA_VERSION
+
+
+def test_Q1_an_env_whose_version_py_lies_is_refused_with_the_evidence(workspace, shared_env, tmp_path, catalogue):
+    """Q1: `--use-env` believed torch/version.py: an env saying 2.12.1 over 2.13.0's libraries was accepted, its
+    cells judged as 2.12.1's (a false PASS). Now its libraries' stable exports are checked against the manifest:
+    exit 2 naming the env, the claimed version and the symbols that contradict it, before any work."""
+    liar = tmp_path / "liar-env"
+    subprocess.run(["cp", "-al", shared_env, liar], check=True)  # hardlinks: nothing of the shared env is written
+    version_py = next(liar.glob("lib/python*/site-packages/torch/version.py"))
+    text = version_py.read_text()
+    version_py.unlink()  # a new inode of its own, not the shared env's file rewritten
+    version_py.write_text(text.replace("'2.13.0+cpu'", "'2.12.1+cpu'"))
+    workspace.write_matrix("  - extension: probe_ext\n    torch: 2.12.1\n    target: '2.10'\n", "  - torch: 2.12.1\n")
+    result = workspace.run("--use-env", liar / "bin" / "python")
+    said = " ".join(result.stdout.split())
+    catalogue(
+        "Q1",
+        "--use-env with an env whose torch/version.py says 2.12.1 over torch 2.13.0's libraries",
+        "exit 2 naming the env, the claimed version and the evidence (stable symbols first exported after it), "
+        "before any work",
+        observed(result),
+    )
+    assert result.returncode == 2, result.stdout
+    for text in (str(liar / "bin" / "python"), "its torch says 2.12.1+cpu", "first exported in 2.13.0"):
+        assert text in said, said
+    assert not (workspace.cache / "builds").exists()
+    assert "2.13.0+cpu" in (shared_env / version_py.relative_to(liar)).read_text()
 
 
 @pytest.mark.usefixtures("shared_cache")
