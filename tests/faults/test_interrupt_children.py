@@ -4,6 +4,7 @@ neither a traceback nor a process behind."""
 import contextlib
 import json
 import os
+import shutil
 import signal
 import time
 
@@ -85,3 +86,41 @@ def test_Q5b_interrupts_every_20_ms_until_the_harness_ends_never_kill_it_by_sign
     assert code == 3, out
     assert "Traceback" not in out, out
     assert left == []
+
+
+SLOW = "61.25"  # the wrappers' sleep: `sleep 61.25` in a process list is theirs
+WRAPPER = """#!/bin/sh
+# A compiler that takes its time: compiling (-c) sleeps first, in a child of its own, then runs the real one.
+case " $* " in *" -c "*) sleep {slow} ;; esac
+exec {real} "$@"
+"""
+
+
+def test_Q6_a_harness_killed_outright_takes_its_build_and_compilers_with_it(workspace, linked_env, tmp_path, catalogue):
+    """Q6: uv and compilers kept writing for 10-20 s after the harness was killed (SIGKILL runs no handler).
+    Now its commands' process groups die with it: a build whose compiler is slow (a `c++` on PATH that sleeps
+    before it compiles), the harness SIGKILLed while the compiler sleeps: no process of the build after 2 s."""
+    wrappers = tmp_path / "slow-compilers"
+    wrappers.mkdir()
+    for name in ("c++", "g++", "gcc", "cc", "x86_64-linux-gnu-g++", "x86_64-linux-gnu-gcc"):
+        real = shutil.which(name)
+        if real:
+            (wrappers / name).write_text(WRAPPER.format(slow=SLOW, real=real))
+            (wrappers / name).chmod(0o755)
+    workspace.env["PATH"] = f"{wrappers}:{workspace.env['PATH']}"
+    proc = workspace.start()
+    _wait_for(lambda: processes_mentioning(SLOW) or proc.poll() is not None, "the compiler sleeping", timeout=300)
+    assert proc.poll() is None, proc.communicate()[0]
+    during = processes_mentioning(str(workspace.cache)) + processes_mentioning(SLOW)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=30)
+    time.sleep(2)
+    left = processes_mentioning(str(workspace.cache)) + processes_mentioning(SLOW) + processes_mentioning(str(wrappers))
+    catalogue(
+        "Q6",
+        "SIGKILL of the harness while a build's compiler runs (a slow `c++` wrapper on PATH)",
+        "no process of the build left 2 s later (uv, the build frontend, the compiler)",
+        f"{len(during)} process(es) of the build before; {len(left)} left 2 s after the SIGKILL",
+    )
+    assert during, "the build was not running"
+    assert left == [], left
