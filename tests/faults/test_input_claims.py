@@ -103,7 +103,12 @@ def test_Q2_a_known_break_matching_everything_needs_acknowledge_all(workspace, c
         observed(result),
     )
     assert result.returncode == 2, result.stdout
-    for text in (str(workspace.matrix), f"known_breaks[0].{key}", "'everything-forever' acknowledges every", "acknowledge_all: true"):
+    for text in (
+        str(workspace.matrix),
+        f"known_breaks[0].{key}",
+        "'everything-forever' acknowledges every",
+        "acknowledge_all: true",
+    ):
         assert text in said, said
     assert not (workspace.cache / "envs").exists()
 
@@ -161,7 +166,9 @@ def test_Q4_shards_of_a_wheel_extension_whose_tests_changed_are_not_merged(works
     second = workspace.run("--shard", "2/2", "--by", "runtime")
     assert second.returncode == 0, second.stdout
     shards = sorted(p for p in workspace.reports.iterdir() if p.is_dir() and not p.is_symlink())
-    merged = harness("merge", *shards, "--reports-dir", workspace.root / "merged", cwd=workspace.root, env=workspace.env)
+    merged = harness(
+        "merge", *shards, "--reports-dir", workspace.root / "merged", cwd=workspace.root, env=workspace.env
+    )
     said = " ".join(merged.stdout.split())
     catalogue(
         "Q4",

@@ -271,7 +271,9 @@ UNLIKE_CELLS = ("a@b2.9.0~r2.9.0-cpu", "zz_q@b3.4.5+cu128-t3.4~r3.4.5+cu130-cuda
 def catch_alls(entry: KnownBreak) -> list[tuple[str, str]]:
     """(key, pattern) for each selector of the entry that matches any cell, and each symbol pattern that matches
     every stable symbol the manifest knows: such an entry acknowledges every break there is."""
-    found = [("cells", s) for s in entry.cells if all(fnmatch.fnmatchcase(i, selector_pattern(s)) for i in UNLIKE_CELLS)]
+    found = [
+        ("cells", s) for s in entry.cells if all(fnmatch.fnmatchcase(i, selector_pattern(s)) for i in UNLIKE_CELLS)
+    ]
     if entry.symbols:
         names = packaged_manifest().names()
         found += [("symbols", p) for p in entry.symbols if all(fnmatch.fnmatchcase(n, p) for n in names)]

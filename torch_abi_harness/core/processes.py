@@ -115,7 +115,6 @@ class ProcessRegistry:
         log.info("stopping %d running command(s)", len(groups))
         terminate_groups(groups, grace)
 
-
     def kill_now(self) -> None:
         """SIGKILL every registered group at once, from a signal handler: takes no lock, since the code the signal
         interrupted may hold it (a copy of the set is taken whole under the GIL)."""

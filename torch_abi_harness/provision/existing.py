@@ -215,7 +215,9 @@ def claim_contradicted(torch_version: str, torch_lib: Path, manifest: Manifest |
 
 
 def _some(names: Sequence[str]) -> str:
-    return ", ".join(names[:SHOWN_EVIDENCE]) + (f" and {len(names) - SHOWN_EVIDENCE} more" if len(names) > SHOWN_EVIDENCE else "")
+    return ", ".join(names[:SHOWN_EVIDENCE]) + (
+        f" and {len(names) - SHOWN_EVIDENCE} more" if len(names) > SHOWN_EVIDENCE else ""
+    )
 
 
 def environ() -> dict[str, str]:

@@ -465,7 +465,9 @@ def load_results(path: Path) -> RunResult:
     data = json.loads(path.read_text())
     version = data.get("schema_version") if isinstance(data, dict) else None
     if type(version) is not int or version < 1:
-        raise BadInputError(f"{path}: not a results.json of this harness: its schema_version is {version!r}, not a number")
+        raise BadInputError(
+            f"{path}: not a results.json of this harness: its schema_version is {version!r}, not a number"
+        )
     if version > RESULTS_SCHEMA_VERSION:
         raise BadInputError(
             f"{path}: results.json of schema_version {version}, and this harness ({__version__}) reads up to "
