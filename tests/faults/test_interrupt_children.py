@@ -9,7 +9,7 @@ import signal
 import time
 
 import pytest
-from kit import processes_mentioning
+from kit import processes_mentioning, wait_for
 
 SLEEPS = """
 import signal
@@ -24,15 +24,6 @@ def test_sleeps():
 """
 
 
-def _wait_for(predicate, what: str, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"never happened: {what}")
-
-
 def _interrupted_twice(workspace, first: signal.Signals, then: signal.Signals, every: float | None):
     """A run of a sleeping cell whose test ignores SIGTERM (the harness's first stop waits its grace out): `first`
     once its test runs, then `then` 5 ms later, and again every `every` seconds until the harness exits."""
@@ -40,7 +31,7 @@ def _interrupted_twice(workspace, first: signal.Signals, then: signal.Signals, e
     workspace.write_matrix("  - extension: sleeper\n    torch: 2.13.0\n    target: '2.10'\n")
     proc = workspace.start()
     probe = lambda: next(workspace.reports.glob("*/cells/*/probe.json"), None)  # noqa: E731
-    _wait_for(lambda: probe() is not None and '"tests"' in probe().read_text(), "the cell's tests started")
+    wait_for(lambda: probe() is not None and '"tests"' in probe().read_text(), "the cell's tests started")
     os.killpg(proc.pid, first)
     time.sleep(0.005)
     os.killpg(proc.pid, then)
@@ -109,7 +100,7 @@ def test_Q6_a_harness_killed_outright_takes_its_build_and_compilers_with_it(work
             (wrappers / name).chmod(0o755)
     workspace.env["PATH"] = f"{wrappers}:{workspace.env['PATH']}"
     proc = workspace.start()
-    _wait_for(lambda: processes_mentioning(SLOW) or proc.poll() is not None, "the compiler sleeping", timeout=300)
+    wait_for(lambda: processes_mentioning(SLOW) or proc.poll() is not None, "the compiler sleeping", timeout=300)
     assert proc.poll() is None, proc.communicate()[0]
     during = processes_mentioning(str(workspace.cache)) + processes_mentioning(SLOW)
     os.kill(proc.pid, signal.SIGKILL)
