@@ -15,6 +15,8 @@ kernel closed the pipe's write end. PR_SET_PDEATHSIG on each child would not do:
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import logging
 import os
 import signal
@@ -73,6 +75,7 @@ class ProcessRegistry:
                 text=True,
                 start_new_session=True,
             )
+            atexit.register(self._retire_guardian)
         stdin = self._guardian.stdin
         if stdin is None or stdin.closed:
             return
@@ -86,6 +89,21 @@ class ProcessRegistry:
     def reset(self) -> None:
         """A new run starts: forget an earlier run's stop."""
         self.stopping.clear()
+
+    def _retire_guardian(self) -> None:
+        """At exit (after the interpreter joined its threads): EOF to the guardian, which kills any group still
+        registered (none after a clean run) and ends; waited for, so nothing of it outlives the harness."""
+        guardian = self._guardian
+        if guardian is None:
+            return
+        with contextlib.suppress(OSError):
+            if guardian.stdin is not None:
+                guardian.stdin.close()
+        try:
+            guardian.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            guardian.kill()
+            guardian.wait()
 
     def popen(self, argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[Any]:
         """Start argv as the leader of a new session (so a terminal's Ctrl-C reaches the harness,
