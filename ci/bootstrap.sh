@@ -10,13 +10,26 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+usage="usage: bash ci/bootstrap.sh [--setup-only] matrix|tests [ARGS...]
+  matrix        a compiler, uv and nox; then nox -s matrix -- ARGS
+  tests         also Docker (a private engine, stopped at exit) and Chromium; then nox -s tests -- ARGS
+  --setup-only  set up for that session and stop there
+  -h, --help    print this and exit"
 setup_only=false
-if [ "${1:-}" = "--setup-only" ]; then setup_only=true; shift; fi
+case "${1:-}" in
+-h | --help)
+  echo "$usage"
+  exit 0
+  ;;
+--setup-only) setup_only=true; shift ;;
+esac
 session=${1:-}
 case "$session" in
 matrix | tests) shift ;;
 *)
-  echo "usage: bash ci/bootstrap.sh [--setup-only] matrix|tests [ARGS...]" >&2
+  # A missing session, an unknown one or an unknown option: the usage, on stderr, and exit 2 (a usage error).
+  [ -z "$session" ] || echo "bootstrap.sh: unknown session or option: $session" >&2
+  echo "$usage" >&2
   exit 2
   ;;
 esac

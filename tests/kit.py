@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -136,6 +137,16 @@ def make_extension(root: Path, name: str, test_source: str | None, cpp: str = CP
     if test_source is not None:
         (ext / "tests" / f"test_{name}.py").write_text(textwrap.dedent(test_source).replace("@NS@", name))
     return ext
+
+
+def wait_for(predicate: Any, what: str, timeout: float = 300) -> None:
+    """Poll predicate() every 50 ms until it is true; AssertionError naming what never happened after timeout s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"never happened: {what}")
 
 
 def processes_mentioning(marker: str) -> list[str]:

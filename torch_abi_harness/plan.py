@@ -13,7 +13,16 @@ from typing import Any
 from packaging.version import Version
 
 from torch_abi_harness import __version__
-from torch_abi_harness.config import BuildSpec, CudaPolicy, Device, Extension, Matrix, RuntimeSpec, is_path
+from torch_abi_harness.config import (
+    BuildSpec,
+    CudaPolicy,
+    Device,
+    Extension,
+    Matrix,
+    RuntimeSpec,
+    is_path,
+    selector_pattern,
+)
 from torch_abi_harness.core.errors import ConfigError, SelectionError
 from torch_abi_harness.core.files import content_digest, file_digest
 from torch_abi_harness.core.kinds import Backend
@@ -231,13 +240,26 @@ def _short(digest: str | None) -> str:
 
 def plan_inputs(matrix: Matrix, builds: Collection[Build]) -> tuple[tuple[str, str], ...]:
     """What a plan is made from, by sha256: the matrix file, the harness version, and each extension its builds
-    use (its whole directory, tests and recipe included, build outputs left out; or its prebuilt wheel)."""
+    use (its whole directory, tests and recipe included, build outputs left out; or its prebuilt wheel and its
+    tests)."""
     inputs = {"matrix file": file_digest(matrix.path), "harness": __version__}
     for extension in sorted({b.extension for b in builds}, key=lambda e: e.name):
         wheel = extension.wheel
         found = file_digest(wheel) if wheel else content_digest(extension.root, BUILD_OUTPUTS)
         inputs[f"extension {extension.name}"] = found
+        if _tests_apart(extension):
+            inputs[f"extension {extension.name} tests"] = content_digest(extension.tests, BUILD_OUTPUTS)
     return tuple(sorted(inputs.items()))
+
+
+def _tests_apart(extension: Extension) -> bool:
+    """Whether the extension's digest leaves its suite out: a prebuilt wheel's digest is the wheel's alone, and a
+    directory's leaves out tests kept elsewhere. Shards of a `recipe: wheel` extension whose tests had changed
+    between them merged as one plan, "every promise kept" by two different suites. (A published wheel's derived
+    suite is made from the wheel, which its digest covers.)"""
+    if extension.published is not None or extension.generated is not None:
+        return False
+    return extension.wheel is not None or not extension.tests.is_relative_to(extension.root)
 
 
 # What a build leaves in an extension's directory: not part of what the extension is.
@@ -273,11 +295,6 @@ class Plan:
     def needed_runtimes(self) -> tuple[Runtime, ...]:
         used = {cell.runtime for cell in self.cells}
         return tuple(r for r in self.runtimes if r in used)
-
-
-def selector_pattern(selector: str) -> str:
-    """A selector matches any part of a cell id; * ? [...] are glob wildcards within it."""
-    return f"*{selector}*"
 
 
 def _check_unique(kind: str, ids: Sequence[str], matrix: Matrix) -> None:

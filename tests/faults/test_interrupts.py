@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from kit import processes_mentioning, start_harness
+from kit import processes_mentioning, start_harness, wait_for
 
 from torch_abi_harness.mutate.catalogue import load_catalogue
 
@@ -25,15 +25,6 @@ def test_sleeps():
 """
 
 
-def _wait_for(predicate, what: str, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"never happened: {what}")
-
-
 @pytest.mark.usefixtures("shared_cache")
 def test_B3_a_cell_killed_by_the_interrupt_reads_the_same_in_its_own_file_and_the_report(workspace, catalogue) -> None:
     """B3: before, the killed cell's cells/<id>/result.json said CRASHED (broken) while results.json said
@@ -42,7 +33,7 @@ def test_B3_a_cell_killed_by_the_interrupt_reads_the_same_in_its_own_file_and_th
     workspace.write_matrix("  - extension: sleeper\n    torch: 2.13.0\n    target: '2.10'\n")
     proc = workspace.start()
     probe = lambda: next(workspace.reports.glob("*/cells/*/probe.json"), None)  # noqa: E731
-    _wait_for(lambda: probe() is not None and '"tests"' in probe().read_text(), "the cell's tests started")
+    wait_for(lambda: probe() is not None and '"tests"' in probe().read_text(), "the cell's tests started")
     time.sleep(1)
     os.killpg(proc.pid, signal.SIGINT)
     out, _ = proc.communicate(timeout=60)
@@ -72,7 +63,7 @@ def test_an_interrupt_during_env_creation_stops_uv_at_once_and_leaves_nothing(
     """B4: SIGTERM while uv makes an env was acted on only when the env was done (22 s); B5: two
     SIGINTs left `uv pip install` writing into the cache. Now: exit 3 within seconds, no process left."""
     proc = workspace.start()
-    _wait_for(lambda: any("pip install" in p for p in processes_mentioning(str(private_uv_cache))), "uv installing")
+    wait_for(lambda: any("pip install" in p for p in processes_mentioning(str(private_uv_cache))), "uv installing")
     started = time.monotonic()
     for sig in signals:
         os.killpg(proc.pid, sig)
@@ -123,7 +114,7 @@ def test_MU2_ctrl_c_during_mutate_keeps_the_mutant_cells_that_finished(tmp_path:
     )  # fmt: skip
     # A mutant cell's junit.xml is its suite's end; with -j 1 the third's means the first two were recorded.
     ended = lambda: [p for p in reports.glob(f"*/cells/*~{MUTATE_CELL}/junit.xml") if "baseline" not in str(p)]  # noqa: E731
-    _wait_for(lambda: len(ended()) >= 3 or proc.poll() is not None, "three mutant cells ended", timeout=600)
+    wait_for(lambda: len(ended()) >= 3 or proc.poll() is not None, "three mutant cells ended", timeout=600)
     os.killpg(proc.pid, signal.SIGINT)
     out, _ = proc.communicate(timeout=120)
     (run_dir,) = reports.iterdir()

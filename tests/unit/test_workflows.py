@@ -5,6 +5,7 @@ import ast
 import importlib.util
 import re
 import shlex
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -368,3 +369,23 @@ def test_no_job_downloads_a_cpython_it_did_not_set_up() -> None:
     }
     for key in (("nightly.yml", "run"), ("release-gating.yml", "gate"), ("gate-replay.yml", "replay")):
         assert "--no-python-downloads" in runs[key], key
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "stream"),
+    [(["--help"], 0, "stdout"), (["-h"], 0, "stdout"), (["--bogus"], 2, "stderr"), ([], 2, "stderr")],
+    ids=["help", "h", "unknown-option", "no-session"],
+)
+def test_bootstrap_answers_help_with_its_usage_and_a_wrong_option_with_exit_2(
+    argv: list[str], code: int, stream: str
+) -> None:
+    """Q7: `bash ci/bootstrap.sh --help` exited 2 as a usage error. Help prints the usage on stdout and exits 0; an
+    unknown option or no session prints it on stderr and exits 2, before anything is installed."""
+    done = subprocess.run(
+        ["bash", str(REPO / "ci" / "bootstrap.sh"), *argv], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert done.returncode == code, done
+    assert "usage: bash ci/bootstrap.sh [--setup-only] matrix|tests" in getattr(done, stream)
+    assert "== " not in done.stdout  # nothing was set up
+    if argv == ["--bogus"]:
+        assert "unknown session or option: --bogus" in done.stderr

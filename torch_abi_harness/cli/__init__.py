@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -15,6 +16,7 @@ from rich.markup import escape
 
 from torch_abi_harness import __version__
 from torch_abi_harness.cli.console import console, notes
+from torch_abi_harness.core import processes
 from torch_abi_harness.core.errors import ExitCode, HarnessError
 
 if TYPE_CHECKING:
@@ -107,8 +109,39 @@ def parser(prog: str = "python -m torch_abi_harness", only: str | None = None) -
     return top
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+class Interrupts:
+    """SIGINT and SIGTERM (a CI job cancelled) while a command runs. The first stops like Ctrl-C: a KeyboardInterrupt
+    the run turns into killed cells and a written report. A second one must not raise again: raised inside that
+    handling it escaped it as a traceback and exit 130. It kills every running command at once instead (the first's
+    grace skipped) and lets the report be finished; a third exits 3 at once, for a handling that hangs."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, signum: int, frame: object) -> None:
+        self.count += 1
+        name = signal.Signals(signum).name
+        if self.count == 1:
+            raise KeyboardInterrupt(f"signal {name}")
+        processes.REGISTRY.kill_now()
+        # os.write, not the console: the console's lock may be held by the code this signal interrupted.
+        if self.count == 2:
+            os.write(2, f"interrupted again ({name}): every command killed; finishing the report\n".encode())
+            return
+        os.write(2, f"interrupted a third time ({name}): exit now, the report may be missing\n".encode())
+        os._exit(ExitCode.INFRASTRUCTURE)
+
+    def install(self) -> None:
+        signal.signal(signal.SIGINT, self)
+        signal.signal(signal.SIGTERM, self)
+
+    def settle(self) -> None:
+        """The command ends after an interrupt: ignore any more. Python restores a signal's default action as it
+        finalizes, and the default of SIGINT and SIGTERM is to die: one arriving then turned exit 3 into death by
+        that signal (exit 130 in a shell). An ignored signal is left ignored."""
+        if self.count:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -121,8 +154,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     level = {0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")  # on stderr
     # A CI job that is cancelled gets SIGTERM: stop like on Ctrl-C, so cells and containers are
-    # killed and the report is still written.
-    signal.signal(signal.SIGTERM, _interrupt)
+    # killed and the report is still written. Left installed when main returns: a signal between
+    # that and the process's exit must not print a traceback either.
+    interrupts = Interrupts()
+    interrupts.install()
     if getattr(args, "json", False):
         console.file = sys.stderr
     handler: Callable[[argparse.Namespace], int] = args.handler  # each command's parser names its handler
@@ -140,4 +175,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         notes.print(f"[bold red]internal error[/]: {message} (run with -vv for the traceback)")
         return int(ExitCode.INFRASTRUCTURE)
     finally:
+        interrupts.settle()
         console.file = None  # type: ignore[assignment]  # back to sys.stdout, whatever it is then

@@ -112,6 +112,11 @@ class BuildSpec:
     own_python_only: bool = False  # run only on runtimes of its own Python (a published wheel made per CPython)
 
 
+def selector_pattern(selector: str) -> str:
+    """A selector matches any part of a cell id; * ? [...] are glob wildcards within it."""
+    return f"*{selector}*"
+
+
 @dataclasses.dataclass(frozen=True)
 class KnownBreak:
     """A broken cell acknowledged until a date (matrix.yaml `known_breaks:`): while it holds, a broken cell its
@@ -124,6 +129,9 @@ class KnownBreak:
     expires: datetime.date  # the last day it holds
     # symbol patterns: a broken cell missing only these, and the gate's header findings of them, are acknowledged
     symbols: tuple[str, ...] = ()
+    # a selector or symbol pattern of it matches everything, and the matrix says so on purpose (`acknowledge_all:
+    # true`): without it such an entry is refused, and with it every report names it
+    acknowledge_all: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -133,13 +141,17 @@ class KnownBreak:
             "link": self.link,
             "expires": self.expires.isoformat(),
             **({"symbols": list(self.symbols)} if self.symbols else {}),
+            **({"acknowledge_all": True} if self.acknowledge_all else {}),
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> KnownBreak:
         expires = datetime.date.fromisoformat(data["expires"])
         symbols = tuple(data.get("symbols", ()))
-        return cls(data["name"], tuple(data["cells"]), data["reason"], data["link"], expires, symbols)
+        return cls(
+            data["name"], tuple(data["cells"]), data["reason"], data["link"], expires, symbols,
+            acknowledge_all=bool(data.get("acknowledge_all", False)),
+        )  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)

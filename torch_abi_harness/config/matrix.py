@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import fnmatch
 import itertools
 import os
 from collections.abc import Sequence
@@ -29,12 +30,14 @@ from torch_abi_harness.config import (
     Settings,
     Sources,
     is_path,
+    selector_pattern,
 )
 from torch_abi_harness.config.extension import discover_extensions
 from torch_abi_harness.core.errors import ConfigError
 from torch_abi_harness.core.schema import Document, did_you_mean
 from torch_abi_harness.core.versions import ApiLevel, parse_release
 from torch_abi_harness.static import prebuilt
+from torch_abi_harness.static.manifest import packaged_manifest
 
 
 def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
@@ -262,8 +265,46 @@ def known_breaks(doc: Document, problems: list[str]) -> tuple[KnownBreak, ...]:
         cells, symbols = item.get("cells", ()), item.get("symbols", ())
         selectors = (cells,) if isinstance(cells, str) else tuple(cells)
         patterns = (symbols,) if isinstance(symbols, str) else tuple(symbols)
-        out.append(KnownBreak(item["name"], selectors, item["reason"], item["link"], expires, patterns))
+        entry = KnownBreak(
+            item["name"], selectors, item["reason"], item["link"], expires, patterns,
+            acknowledge_all=item.get("acknowledge_all", False),
+        )  # fmt: skip
+        problems.extend(f"{doc.where((*where, key))}: {text}" for key, text in unacknowledged_catch_alls(entry))
+        out.append(entry)
     return tuple(out)
+
+
+# Two cell ids with little in common but the grammar (`ext@b<torch>[-t<target>]~r<torch>-<device>`): a selector
+# matching both matches any cell of any matrix ('*', '@', '~r', '.', '-c'...).
+UNLIKE_CELLS = ("a@b2.9.0~r2.9.0-cpu", "zz_q@b3.4.5+cu128-t3.4~r3.4.5+cu130-cuda-py3.13")
+
+
+def catch_alls(entry: KnownBreak) -> list[tuple[str, str]]:
+    """(key, pattern) for each selector of the entry that matches any cell, and each symbol pattern that matches
+    every stable symbol the manifest knows: such an entry acknowledges every break there is."""
+    found = [
+        ("cells", s) for s in entry.cells if all(fnmatch.fnmatchcase(i, selector_pattern(s)) for i in UNLIKE_CELLS)
+    ]
+    if entry.symbols:
+        names = packaged_manifest().names()
+        found += [("symbols", p) for p in entry.symbols if all(fnmatch.fnmatchcase(n, p) for n in names)]
+    return found
+
+
+def unacknowledged_catch_alls(entry: KnownBreak) -> list[tuple[str, str]]:
+    """(key, problem) for each catch-all of an entry without `acknowledge_all: true`: with a far expiry it
+    acknowledged every break silently."""
+    if entry.acknowledge_all:
+        return []
+    what = {"cells": "every cell", "symbols": "every stable symbol"}
+    return [
+        (
+            key,
+            f"{entry.name!r} acknowledges {what[key]} ({pattern!r} matches all of them): name the cells or symbols "
+            "it is for, or add `acknowledge_all: true` to the entry to mean it (every report then names it)",
+        )
+        for key, pattern in catch_alls(entry)
+    ]
 
 
 RUNTIME_AXES = ("torch", "variant", "python", "device")  # a runtime entry's lists expand in this order

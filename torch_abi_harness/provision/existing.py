@@ -25,6 +25,8 @@ from packaging.version import InvalidVersion, Version
 
 from torch_abi_harness.core.errors import ConfigError
 from torch_abi_harness.core.versions import release_of
+from torch_abi_harness.static.manifest import Manifest, packaged_manifest
+from torch_abi_harness.static.symbols import library_exports, read_shared_object
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +161,7 @@ def inspect(python: Path, requirements: Sequence[str]) -> Existing:
         Version(facts["torch"])
     except InvalidVersion as exc:
         raise _Unfit(f"torch.__version__ {facts['torch']!r} is not a version") from exc
-    return Existing(
+    existing = Existing(
         python=python.expanduser().absolute(),
         minor=facts["python"],
         version=facts["version"],
@@ -168,6 +170,53 @@ def inspect(python: Path, requirements: Sequence[str]) -> Existing:
         cuda=facts["cuda"],
         torch_dir=Path(facts["torch_dir"]),
         sites=tuple(Path(p) for p in facts["sites"]),
+    )
+    lie = claim_contradicted(existing.torch_version, existing.torch_dir / "lib")
+    if lie:
+        raise _Unfit(lie)
+    return existing
+
+
+SHOWN_EVIDENCE = 5
+
+
+def claim_contradicted(torch_version: str, torch_lib: Path, manifest: Manifest | None = None) -> str | None:
+    """Why the torch libraries in torch_lib are not those of torch_version, from the stable symbols they export;
+    None when they agree (or the manifest does not know the release). `torch/version.py` is a text file: an env
+    whose version.py said 2.12.1 over 2.13.0's libraries was accepted, and its cells judged as 2.12.1's (a false
+    PASS). Symbols first exported after the claimed release in libtorch_cpu.so show newer libraries; symbols the
+    claimed release exports that no torch library does show older ones (CUDA shims left out: a CPU build lacks
+    them)."""
+    manifest = manifest or packaged_manifest()
+    claimed = manifest.release_for(Version(release_of(torch_version)))
+    cpu = torch_lib / "libtorch_cpu.so"
+    if claimed is None or not cpu.is_file():
+        log.info("the stable symbols of torch %s are not checked (%s)", torch_version, claimed or "not in the manifest")
+        return None
+    with open(cpu, "rb") as handle:
+        exports = read_shared_object(handle, cpu.name).exports
+    later = manifest.releases[manifest.releases.index(claimed) + 1 :]
+    newer = sorted(n for n in exports if n in manifest and manifest[n].first_exported in later)
+    if newer:
+        firsts = sorted({manifest[n].first_exported or "" for n in newer}, key=Version)
+        return (
+            f"its torch says {torch_version}, but its libraries are newer: {cpu} exports {len(newer)} stable "
+            f"symbol(s) first exported in {', '.join(firsts)} ({_some(newer)}); is torch/version.py edited or "
+            "left over from another install? reinstall torch in it"
+        )
+    missing = sorted(n for n in manifest.exported_by(claimed) - library_exports(torch_lib) if "cuda" not in n)
+    if missing:
+        return (
+            f"its torch says {torch_version}, but its libraries are older: no torch library in {torch_lib} exports "
+            f"{len(missing)} stable symbol(s) torch {claimed} exports ({_some(missing)}); is torch/version.py "
+            "edited or left over from another install? reinstall torch in it"
+        )
+    return None
+
+
+def _some(names: Sequence[str]) -> str:
+    return ", ".join(names[:SHOWN_EVIDENCE]) + (
+        f" and {len(names) - SHOWN_EVIDENCE} more" if len(names) > SHOWN_EVIDENCE else ""
     )
 
 

@@ -37,7 +37,7 @@ from torch_abi_harness.render.text import (
     expected_failure_classes,
     headline,
 )
-from torch_abi_harness.results.known_breaks import STATE_MEANING, outcomes
+from torch_abi_harness.results.known_breaks import ACKNOWLEDGES_ALL, STATE_MEANING, outcomes
 from torch_abi_harness.results.model import CellResult, RunResult
 from torch_abi_harness.verdict import Verdict
 
@@ -288,6 +288,7 @@ def render(run: RunResult, run_dir: Path | None = None, beside: Beside | None = 
         extensions=sorted({r.extension for r in rows}),
         classes=expected_failure_classes(run.cells),
         known=known,
+        acknowledges_all=ACKNOWLEDGES_ALL,
         state_meaning=STATE_MEANING,
         diff=beside.diff,
         gate=beside.gate,

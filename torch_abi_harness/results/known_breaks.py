@@ -18,8 +18,7 @@ import fnmatch
 from collections.abc import Sequence
 from typing import Protocol
 
-from torch_abi_harness.config import KnownBreak
-from torch_abi_harness.plan import selector_pattern
+from torch_abi_harness.config import KnownBreak, selector_pattern
 from torch_abi_harness.verdict import Verdict
 
 
@@ -57,6 +56,11 @@ STATE_MEANING = {
 }
 
 
+# Said of an entry with `acknowledge_all: true` wherever the run's known breaks are listed: one that matches
+# everything must never pass unseen.
+ACKNOWLEDGES_ALL = "acknowledge_all: it acknowledges every break its wildcard matches, on purpose"
+
+
 @dataclasses.dataclass(frozen=True)
 class Outcome:
     """What one entry came to in a run: its state and the ids of the cells it matched."""
@@ -76,6 +80,7 @@ class Outcome:
         return (
             f"{self.entry.name} ({self.state.value}, expires {self.entry.expires.isoformat()}): "
             f"{STATE_MEANING[self.state]}; {cells}; {self.entry.reason} ({self.entry.link})"
+            + (f"; {ACKNOWLEDGES_ALL}" if self.entry.acknowledge_all else "")
         )
 
 

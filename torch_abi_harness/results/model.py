@@ -10,6 +10,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from torch_abi_harness import __version__
 from torch_abi_harness.config import HEADER_PROBE, Generated, KnownBreak
 from torch_abi_harness.core.errors import BadInputError, ExitCode, InfrastructureError
 from torch_abi_harness.core.files import run_relative
@@ -458,7 +459,22 @@ class ReportError(InfrastructureError):
 
 
 def load_results(path: Path) -> RunResult:
-    return RunResult.from_json(json.loads(path.read_text()))
+    """Every reader of a results.json (report, diff, merge, the gate's baseline, census, --rerun-failed) comes here.
+    A file of a newer schema is refused before it is read: its fields were read as this version's, so a newer
+    harness's meaning passed for this one's (a version 99 file merged and reported without a word)."""
+    data = json.loads(path.read_text())
+    version = data.get("schema_version") if isinstance(data, dict) else None
+    if type(version) is not int or version < 1:
+        raise BadInputError(
+            f"{path}: not a results.json of this harness: its schema_version is {version!r}, not a number"
+        )
+    if version > RESULTS_SCHEMA_VERSION:
+        raise BadInputError(
+            f"{path}: results.json of schema_version {version}, and this harness ({__version__}) reads up to "
+            f"{RESULTS_SCHEMA_VERSION}: it was written by a newer harness; upgrade this one "
+            "(pip install -U torch-abi-harness) to read it"
+        )
+    return RunResult.from_json(data)
 
 
 def relative_logs(paths: Sequence[tuple[str, Path | None]], base: Path) -> CellLogs:
