@@ -151,3 +151,6 @@ def print_audit(audit: GuardAudit) -> None:
         )
         for finding in audit.header_findings:
             console.print(f"   [red]finding[/] {escape(finding.describe())}")
+    if audit.cuda is not None:
+        style = "yellow" if audit.cuda.include is None else "dim"
+        console.print(f"[{style}]{escape(audit.cuda.note())}[/]")
