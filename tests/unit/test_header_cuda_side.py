@@ -1,7 +1,7 @@
 """The CUDA side of the header audit and the header probe, on a small planted header tree compiled by the real g++.
 
 Real torch headers cannot produce a CUDA-only finding on demand, so the tree is shaped like torch's stable headers
-(the paths the audit reads) with minimal content, for a release "2.11.5" the packaged data does not hold (so the
+(the paths the audit reads) with minimal content, audited as a release "2.11.5" the packaged data does not hold (so the
 audit preprocesses this tree) and whose exports are the real manifest's. Planted:
 - under ``#ifdef USE_CUDA``, with no version guard, torch_c10_cuda_check_msg and torch_c10_cuda_free_error_msg,
   which the manifest says are first exported in 2.10.0: visible at target 2.9 only with USE_CUDA;
@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from test_gate_orchestrate import Recorder, counts, request_for, small_matrix  # noqa: F401  (counts: a fixture)
+from test_header_visibility import TREE as PLANTED
 
 from torch_abi_harness.core.versions import ApiLevel
 from torch_abi_harness.gate import orchestrate
@@ -28,37 +29,19 @@ from torch_abi_harness.static.audit import CudaHeaders, GuardAudit, audit_guards
 from torch_abi_harness.static.header_probe import Side
 from torch_abi_harness.static.manifest import packaged_manifest
 
-L9, L10 = ApiLevel(2, 9), ApiLevel(2, 10)
+L9 = ApiLevel(2, 9)
 RELEASE = "2.11.5"
 
 TREE = {
-    "torch/headeronly/version.h": """
-#pragma once
-#define TORCH_VERSION_MAJOR 2
-#define TORCH_VERSION_MINOR 11
-#define TORCH_VERSION_PATCH 5
-#define TORCH_ABI_VERSION ((0ULL + 2) << 56 | (0ULL + 11) << 48)
-""",
-    "torch/csrc/stable/version.h": """
-#pragma once
-#include <torch/headeronly/version.h>
-#define TORCH_VERSION_2_10_0 (((0ULL + 2) << 56) | ((0ULL + 10) << 48))
-#define TORCH_VERSION_2_11_0 (((0ULL + 2) << 56) | ((0ULL + 11) << 48))
-#ifdef TORCH_TARGET_VERSION
-#define TORCH_FEATURE_VERSION (TORCH_TARGET_VERSION)
-#else
-#define TORCH_FEATURE_VERSION (TORCH_ABI_VERSION)
-#endif
-""",
+    # the version headers of test_header_visibility's tree: version macros up to 2.11, TORCH_FEATURE_VERSION
+    **{name: PLANTED[name] for name in ("torch/headeronly/version.h", "torch/csrc/stable/version.h")},
     "torch/csrc/stable/c/shim.h": """
 #pragma once
-#include <stdint.h>
 #include <torch/csrc/stable/version.h>
-#define AOTI_TORCH_EXPORT __attribute__((__visibility__("default")))
+#include <stdint.h>
 typedef int32_t AOTITorchError;
-#ifdef __cplusplus
+#define AOTI_TORCH_EXPORT __attribute__((__visibility__("default")))
 extern "C" {
-#endif
 AOTI_TORCH_EXPORT AOTITorchError torch_get_num_threads(uint32_t* ret);
 #ifdef USE_CUDA
 AOTI_TORCH_EXPORT AOTITorchError aoti_torch_get_current_cuda_stream(int32_t device_index, void** ret_stream);
@@ -67,9 +50,7 @@ AOTI_TORCH_EXPORT AOTITorchError torch_c10_cuda_check_msg(
     bool include_device_assertions, char** error_msg);
 AOTI_TORCH_EXPORT void torch_c10_cuda_free_error_msg(char* error_msg);
 #endif
-#ifdef __cplusplus
 }
-#endif
 """,
     "torch/csrc/stable/macros.h": """
 #pragma once
