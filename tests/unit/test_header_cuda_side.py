@@ -168,9 +168,12 @@ def test_cuda_headers_are_the_candidates_own_where_complete_else_the_toolkits(
     own = planted(site / "nvidia" / "cuda_runtime" / "include", FAKE_CUDA)
     assert CudaHeaders.find(torch_include) == CudaHeaders(own)
     monkeypatch.setenv("CUDA_HOME", str(tmp_path / "none"))
-    missing = CudaHeaders.find(None)
-    assert missing.include is None
-    assert missing.why_not == f"no cuda_runtime_api.h and crt/host_defines.h in {tmp_path / 'none' / 'include'}"
+    wanted = f"no cuda_runtime_api.h and crt/host_defines.h in {tmp_path / 'none' / 'include'}"
+    assert CudaHeaders.find(None) == CudaHeaders(None, wanted)
+    (own / "crt" / "host_defines.h").unlink()
+    assert CudaHeaders.find(torch_include) == CudaHeaders(
+        None, f"{wanted} nor in the 2 include directories of {site / 'nvidia'}/*/include"
+    )
 
 
 @pytest.mark.usefixtures("counts")

@@ -23,7 +23,7 @@ import os
 import subprocess
 import tempfile
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -58,26 +58,21 @@ class CudaHeaders:
     def find(cls, torch_include: Path | None = None) -> CudaHeaders:
         """The candidate's own (the nvidia wheels beside its torch, when torch_include is an installed
         torch/include), else the toolkit's ($CUDA_HOME, else /usr/local/cuda)."""
-        places: list[Path] = []
-        if torch_include is not None:
-            places += sorted((torch_include.parent.parent / "nvidia").glob("*/include"))
-        home = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
-        places.append(home / "include")
-        for place in places:
+        wheels = sorted((torch_include.parent.parent / "nvidia").glob("*/include")) if torch_include else []
+        toolkit = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "include"
+        for place in (*wheels, toolkit):
             if all((place / name).is_file() for name in CUDA_RUNTIME_FILES):
                 return cls(place)
-        return cls(None, f"no {' and '.join(CUDA_RUNTIME_FILES)} in {_listed(places)}")
+        why = f"no {' and '.join(CUDA_RUNTIME_FILES)} in {toolkit}"
+        if wheels:
+            why += f" nor in the {len(wheels)} include directories of {wheels[0].parent.parent}/*/include"
+        return cls(None, why)
 
     def note(self) -> str:
         """What the audit says of the CUDA side, for a console or a page."""
         if self.include is None:
             return f"the CUDA side was not audited (no CUDA headers: {self.why_not})"
         return f"the CUDA side audited with USE_CUDA and the CUDA headers of {self.include}"
-
-
-def _listed(places: Sequence[Path]) -> str:
-    shown = [str(p) for p in places[-3:]]
-    return ", ".join(shown) + (f" (and {len(places) - 3} more)" if len(places) > 3 else "")
 
 
 @dataclasses.dataclass(frozen=True)
