@@ -165,14 +165,17 @@ def test_cuda_headers_are_the_candidates_own_where_complete_else_the_toolkits(
     # nvidia-cuda-runtime's include has the runtime API but not crt/ (nvcc's): g++ cannot use it alone
     planted(site / "nvidia" / "cu13" / "include", {"cuda_runtime_api.h": FAKE_CUDA["cuda_runtime_api.h"]})
     assert CudaHeaders.find(torch_include) == CudaHeaders(toolkit)
+    triton = planted(site / "triton" / "backends" / "nvidia" / "include", FAKE_CUDA)
+    assert CudaHeaders.find(torch_include) == CudaHeaders(triton)
     own = planted(site / "nvidia" / "cuda_runtime" / "include", FAKE_CUDA)
     assert CudaHeaders.find(torch_include) == CudaHeaders(own)
     monkeypatch.setenv("CUDA_HOME", str(tmp_path / "none"))
     wanted = f"no cuda_runtime_api.h and crt/host_defines.h in {tmp_path / 'none' / 'include'}"
     assert CudaHeaders.find(None) == CudaHeaders(None, wanted)
-    (own / "crt" / "host_defines.h").unlink()
+    for place in (own, triton):
+        (place / "crt" / "host_defines.h").unlink()
     assert CudaHeaders.find(torch_include) == CudaHeaders(
-        None, f"{wanted} nor in the 2 include directories of {site / 'nvidia'}/*/include"
+        None, f"{wanted} nor in the candidate's wheels ({site}/nvidia/*/include, {triton})"
     )
 
 

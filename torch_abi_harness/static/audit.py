@@ -11,8 +11,8 @@ that made it visible: does the symbol really resolve at that target?
 The CUDA side: published Linux wheels are CUDA builds, and their extensions compile with
 ``USE_CUDA`` and the CUDA headers, which show declarations and macros a CPU build never
 sees. Claims visible only there are confirmed, and the wrappers and macros probed, in that
-configuration too, with the CUDA headers of the candidate's own nvidia wheels where they are
-complete, else the toolkit's (CudaHeaders). A host with neither says so (cuda_why_not): the
+configuration too, with the CUDA headers of the candidate's own wheels where they are complete,
+else the toolkit's (CudaHeaders). A host with neither says so (cuda_why_not): the
 CUDA side is then not audited, never silently.
 """
 
@@ -45,6 +45,7 @@ AUDIT_JSON_VERSION = 3  # `audit-guards --json` (2: chain, missing_at, header_fi
 # A CUDA include directory g++ can compile the runtime API with: the nvidia-cuda-runtime wheels hold the first
 # but not crt/ (that is nvidia-cuda-nvcc's), which cuda_runtime_api.h includes.
 CUDA_RUNTIME_FILES = ("cuda_runtime_api.h", "crt/host_defines.h")
+TRITON_CUDA = Path("triton/backends/nvidia/include")  # the CUDA headers triton's wheel bundles
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,16 +57,19 @@ class CudaHeaders:
 
     @classmethod
     def find(cls, torch_include: Path | None = None) -> CudaHeaders:
-        """The candidate's own (the nvidia wheels beside its torch, when torch_include is an installed
-        torch/include), else the toolkit's ($CUDA_HOME, else /usr/local/cuda)."""
-        wheels = sorted((torch_include.parent.parent / "nvidia").glob("*/include")) if torch_include else []
+        """The candidate's own where torch_include is an installed torch/include: its nvidia wheels' (complete
+        only with nvidia-cuda-nvcc's crt/), else those triton bundles (a dependency of Linux CUDA wheels, built
+        for the same CUDA major); else the toolkit's ($CUDA_HOME, else /usr/local/cuda). The candidate's first,
+        so that what the gate finds does not depend on the host's toolkit."""
         toolkit = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "include"
-        for place in (*wheels, toolkit):
+        site = torch_include.parent.parent if torch_include is not None else None
+        own = [*sorted((site / "nvidia").glob("*/include")), site / TRITON_CUDA] if site else []
+        for place in (*own, toolkit):
             if all((place / name).is_file() for name in CUDA_RUNTIME_FILES):
                 return cls(place)
         why = f"no {' and '.join(CUDA_RUNTIME_FILES)} in {toolkit}"
-        if wheels:
-            why += f" nor in the {len(wheels)} include directories of {wheels[0].parent.parent}/*/include"
+        if site is not None:
+            why += f" nor in the candidate's wheels ({site}/nvidia/*/include, {site / TRITON_CUDA})"
         return cls(None, why)
 
     def note(self) -> str:
