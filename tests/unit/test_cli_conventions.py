@@ -108,7 +108,7 @@ def test_every_json_output_is_versioned(capsys: pytest.CaptureFixture[str]) -> N
     assert main(["abi-diff", "2.13", "2.14", "--json"]) in (0, 1)
     assert json.loads(capsys.readouterr().out)["schema_version"] == 2
     assert main(["audit-guards", "2.13.0", "--no-probe", "--json"]) in (0, 1)
-    assert json.loads(capsys.readouterr().out)["schema_version"] == 2
+    assert json.loads(capsys.readouterr().out)["schema_version"] == 3
 
 
 def test_a_key_given_twice_in_yaml_is_refused_with_both_lines(tmp_path: Path) -> None:

@@ -55,7 +55,9 @@ def add_audit_guards(command: Command) -> None:
         help="torch/include of that release for the compile probes (default: its harness env, if made)",
     )
     audit.add_argument(
-        "--no-probe", action="store_true", help="skip the compile probes (confirmations, wrappers and macros)"
+        "--no-probe",
+        action="store_true",
+        help="skip the compile probes (confirmations, wrappers and macros; with USE_CUDA and the CUDA headers too)",
     )
     audit.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     audit.set_defaults(handler=cmd_audit_guards)
@@ -151,3 +153,6 @@ def print_audit(audit: GuardAudit) -> None:
         )
         for finding in audit.header_findings:
             console.print(f"   [red]finding[/] {escape(finding.describe())}")
+    if audit.cuda is not None:
+        style = "yellow" if audit.cuda.include is None else "dim"
+        console.print(f"[{style}]{escape(audit.cuda.note())}[/]")

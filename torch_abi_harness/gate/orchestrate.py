@@ -148,6 +148,8 @@ def gate_on(request: GateRequest, plain: Matrix, baseline: RunResult | None, hoo
     oldest = oldest_served(plain)
     hooks.step("headers", f"torch {candidate} at every target from {oldest}")
     audit, before = header_audits(prepared, oldest)
+    if audit.cuda is not None:
+        hooks.step("headers", audit.cuda.note())
     timings["header_audit"] = time.monotonic() - started
     started = time.monotonic()
     executed = execute_plan(prepared.plan, request.execute, hooks, html=False)  # report.html: last, once
@@ -167,6 +169,7 @@ def gate_on(request: GateRequest, plain: Matrix, baseline: RunResult | None, hoo
             result,
             ReleaseEvidence(claims, headers_audited=True, ops=ops, timings=timings),
         )
+        gate = with_cuda_side(gate, audit)
     except HarnessError:
         write_report_page(executed, None, None)  # the run's page, as far as the gate got
         raise
@@ -200,6 +203,19 @@ def header_audits(prepared: _Prepared, oldest: ApiLevel) -> tuple[GuardAudit, Gu
     if previous in packaged_visibility() and ApiLevel.of(prepared.previous) >= OLDEST_TARGET:
         before = audit_guards(manifest, previous, oldest, None, probe=False)
     return audit, before
+
+
+def with_cuda_side(gate: Gate, audit: GuardAudit) -> Gate:
+    """The gate's evidence says how the CUDA side of the headers was audited, after the header audit's line; a
+    side not audited (no CUDA headers here) is a warning too: its findings would be missing, not absent."""
+    if audit.cuda is None:
+        return gate
+    note = f"header audit: {audit.cuda.note()}"
+    evidence = list(gate.evidence)
+    at = next((i + 1 for i, line in enumerate(evidence) if line.startswith("header audit:")), len(evidence))
+    evidence.insert(at, note)
+    warnings = gate.warnings if audit.cuda.include is not None else (*gate.warnings, note)
+    return dataclasses.replace(gate, evidence=tuple(evidence), warnings=warnings)
 
 
 def generated_names(plan: Plan) -> frozenset[str]:

@@ -7,11 +7,19 @@ target (torch_abi_harness.static.visibility: never the text of a guard), whateve
 guard that works, one that does not, a declaration reached through another
 header. Each claim is confirmed by compiling a probe through the header chain
 that made it visible: does the symbol really resolve at that target?
+
+The CUDA side: published Linux wheels are CUDA builds, and their extensions compile with
+``USE_CUDA`` and the CUDA headers, which show declarations and macros a CPU build never
+sees. Claims visible only there are confirmed, and the wrappers and macros probed, in that
+configuration too, with the CUDA headers of the candidate's own wheels where they are complete,
+else the toolkit's (CudaHeaders). A host with neither says so (cuda_why_not): the
+CUDA side is then not audited, never silently.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import subprocess
 import tempfile
 from collections import defaultdict
@@ -28,13 +36,47 @@ from torch_abi_harness.static.manifest import Manifest
 from torch_abi_harness.static.visibility import (
     OLDEST_TARGET,
     Visibility,
-    find_cuda_include,
     packaged_visibility,
     scan_include,
 )
 
 DEVICES_WITHOUT_EXPORTS = ("mps", "xpu")  # Linux CUDA wheels never export these: nothing to compare
-AUDIT_JSON_VERSION = 2  # `audit-guards --json` (2: chain, missing_at, header_findings)
+AUDIT_JSON_VERSION = 3  # `audit-guards --json` (2: chain, missing_at, header_findings; 3: cuda_side, side)
+# A CUDA include directory g++ can compile the runtime API with: the nvidia-cuda-runtime wheels hold the first
+# but not crt/ (that is nvidia-cuda-nvcc's), which cuda_runtime_api.h includes.
+CUDA_RUNTIME_FILES = ("cuda_runtime_api.h", "crt/host_defines.h")
+TRITON_CUDA = Path("triton/backends/nvidia/include")  # the CUDA headers triton's wheel bundles
+
+
+@dataclasses.dataclass(frozen=True)
+class CudaHeaders:
+    """The CUDA headers a CUDA wheel's extensions compile with, or why there are none here."""
+
+    include: Path | None
+    why_not: str = ""  # when include is None: where none was found
+
+    @classmethod
+    def find(cls, torch_include: Path | None = None) -> CudaHeaders:
+        """The candidate's own where torch_include is an installed torch/include: its nvidia wheels' (complete
+        only with nvidia-cuda-nvcc's crt/), else those triton bundles (a dependency of Linux CUDA wheels, built
+        for the same CUDA major); else the toolkit's ($CUDA_HOME, else /usr/local/cuda). The candidate's first,
+        so that what the gate finds does not depend on the host's toolkit."""
+        toolkit = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "include"
+        site = torch_include.parent.parent if torch_include is not None else None
+        own = [*sorted((site / "nvidia").glob("*/include")), site / TRITON_CUDA] if site else []
+        for place in (*own, toolkit):
+            if all((place / name).is_file() for name in CUDA_RUNTIME_FILES):
+                return cls(place)
+        why = f"no {' and '.join(CUDA_RUNTIME_FILES)} in {toolkit}"
+        if site is not None:
+            why += f" nor in the candidate's wheels ({site}/nvidia/*/include, {site / TRITON_CUDA})"
+        return cls(None, why)
+
+    def note(self) -> str:
+        """What the audit says of the CUDA side, for a console or a page."""
+        if self.include is None:
+            return f"the CUDA side was not audited (no CUDA headers: {self.why_not})"
+        return f"the CUDA side audited with USE_CUDA and the CUDA headers of {self.include}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,10 +94,10 @@ class LatentBreak:
     def describe(self) -> str:
         exported = f"first exported in {self.first_exported}" if self.first_exported else "exported by no release"
         guard = f"guard text says {self.guard}" if self.guard else "no version guard in its text"
-        cuda = " with USE_CUDA" if self.device == "cuda" else ""
+        side, cuda = ("CUDA side: ", " with USE_CUDA") if self.device == "cuda" else ("", "")
         targets = ", ".join(str(t) for t in self.missing_at) or str(self.visible_from)
         return (
-            f"{self.name}: visible at target {targets}{cuda} through {' > '.join(self.chain) or self.header} "
+            f"{side}{self.name}: visible at target {targets}{cuda} through {' > '.join(self.chain) or self.header} "
             f"but {exported} ({guard})"
         )
 
@@ -144,14 +186,14 @@ def compiles(include: Path, header: str, names: list[str], target: ApiLevel, wor
     return subprocess.run([*argv, str(source)], capture_output=True, timeout=120).returncode == 0
 
 
-def confirm(breaks: list[LatentBreak], include: Path) -> list[LatentBreak]:
-    """Compile one probe per (header, target); split it per symbol only where the batch fails."""
+def confirm(breaks: list[LatentBreak], include: Path, cuda_headers: Path | None = None) -> list[LatentBreak]:
+    """Compile one probe per (header, target); split it per symbol only where the batch fails. A claim visible
+    only with USE_CUDA is compiled with cuda_headers; without them it stays unconfirmed."""
     groups: dict[tuple[str, ApiLevel, bool], list[LatentBreak]] = defaultdict(list)
     for item in breaks:
         entry = item.chain[0] if item.chain else item.header  # the header an extension includes
         groups[(entry, item.visible_from, item.device == "cuda")].append(item)
     confirmed: list[LatentBreak] = []
-    cuda_headers = find_cuda_include()
     with tempfile.TemporaryDirectory(prefix="audit-guards-") as tmp:
         for (header, target, needs_cuda), items in groups.items():
             if needs_cuda and cuda_headers is None:
@@ -178,6 +220,12 @@ class GuardAudit:
     probed: bool  # compiled against the release's torch/include
     breaks: tuple[LatentBreak, ...]
     header_findings: tuple[HeaderFinding, ...]
+    cuda: CudaHeaders | None = None  # the CUDA headers it probed with, or why none (None: not probed)
+
+    @property
+    def cuda_why_not(self) -> str | None:
+        """Why the CUDA side was not audited (no CUDA headers on this host), when it was not."""
+        return self.cuda.why_not if self.cuda is not None and self.cuda.include is None else None
 
     @property
     def broken(self) -> bool:
@@ -192,6 +240,11 @@ class GuardAudit:
             "probed": self.probed,
             "latent_breaks": [b.to_json() for b in self.breaks],
             "header_findings": [f.to_json() for f in self.header_findings],
+            "cuda_side": {
+                "audited": self.cuda is not None and self.cuda.include is not None,
+                "headers": str(self.cuda.include) if self.cuda and self.cuda.include else None,
+                "why_not": self.cuda_why_not,
+            },
         }
 
 
@@ -207,10 +260,18 @@ def auditable_release(manifest: Manifest, text: str) -> str:
 
 
 def audit_guards(
-    manifest: Manifest, release: str, min_target: ApiLevel, include: Path | None, *, probe: bool = True
+    manifest: Manifest,
+    release: str,
+    min_target: ApiLevel,
+    include: Path | None,
+    *,
+    probe: bool = True,
+    cuda: CudaHeaders | None = None,
 ) -> GuardAudit:
     """The release's latent breaks from its preprocessed headers (packaged, else scanned from include); with
-    include and probe, each confirmed by compiling, and its header-only wrappers and macros probed too."""
+    include and probe, each confirmed by compiling, and its header-only wrappers and macros probed too, on the
+    CPU side and, with CUDA headers (cuda, else CudaHeaders.find), on the CUDA side."""
+    cuda = cuda or CudaHeaders.find(include)
     visibility = packaged_visibility().get(release)
     if visibility is None:
         if include is None:
@@ -219,15 +280,25 @@ def audit_guards(
                 "(not in torch_abi_harness/data/stable_visibility.json) "
                 "and there are none here; pass --headers <torch/include> of that release"
             )
-        visibility = scan_include(include, release, cuda_include=find_cuda_include())
+        visibility = scan_include(include, release, cuda_include=cuda.include)
     breaks = find_latent_breaks(manifest, release, min_target, visibility)
     if include is None or not probe:
         return GuardAudit(release, min_target, probed=False, breaks=tuple(breaks), header_findings=())
     if breaks:
-        breaks = confirm(breaks, include)
+        breaks = confirm(breaks, include, cuda.include)
     exports = exports_by_target(manifest, visibility.targets)
+    firsts = {name: manifest[name].first_exported for name in manifest.names()}
     header_findings: list[HeaderFinding] = []
     with tempfile.TemporaryDirectory(prefix="audit-headers-") as tmp:
         for target in (t for t in visibility.targets if t >= min_target and t in exports):
-            header_findings += probe_headers(include, target, exports[target], Path(tmp))
-    return GuardAudit(release, min_target, probed=True, breaks=tuple(breaks), header_findings=tuple(header_findings))
+            header_findings += probe_headers(
+                include, target, exports[target], Path(tmp), cuda.include, first_exported=firsts
+            )
+    return GuardAudit(
+        release,
+        min_target,
+        probed=True,
+        breaks=tuple(breaks),
+        header_findings=tuple(header_findings),
+        cuda=cuda,
+    )
