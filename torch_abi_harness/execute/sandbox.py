@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import glob
+import json
 import logging
 import os
 import re
@@ -46,6 +47,7 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +62,11 @@ log = logging.getLogger(__name__)
 # capabilities: the forkserver, which sandboxes each cell itself. A mount that cannot be made read-only
 # fails the init.
 INIT = """\
-caps=$1; shift
+caps=$1; joins=$2; shift 2
+ulimit -c 0  # no core dumps, in every cell and in a forkserver
+for procs in $joins; do  # the cell's cgroups, joined while /sys is still writable
+  echo 0 > "$procs" || { echo "harness sandbox: cannot join $procs" >&2; exit 125; }
+done
 mount --all -o remount,bind,ro 2>/dev/null  # the loop below checks what it did
 mounts=
 while read -r _ _ _ _ point options _; do mounts="$mounts$point $options
@@ -89,11 +95,105 @@ while [ "$1" != "--" ]; do
   shift 2
 done
 shift
-if [ "$caps" = keep ]; then "$@"; else setpriv --bounding-set=-all --inh-caps=-all --no-new-privs -- "$@"; fi
-exit $?
+if [ "$caps" = keep ]; then "$@"; exit $?; fi
+exec "$@"  # the cell's world (harness_cellworld.py), PID 1 of its namespaces
 """
 SETUP_FAILED = 125  # INIT could not make the mounts: the sandbox, not the cell, failed
 SHM = "/dev/shm"  # POSIX shared memory and semaphores (multiprocessing): private to each cell
+
+
+NOBODY = 65534  # the uid and gid a cell runs as when the harness is root
+CELLWORLD = Path(__file__).parent / "cellprobe" / "harness_cellworld.py"
+
+
+def cell_uid() -> int | None:
+    """The uid a cell runs as: nobody where the harness is root; None (the caller's own uid, mapped to root of a
+    user namespace that maps nothing else) where it is not."""
+    return NOBODY if os.geteuid() == 0 else None
+
+
+@dataclasses.dataclass(frozen=True)
+class World:
+    """What one cell's world holds beyond the read-only host, as `harness_cellworld` makes it.
+
+    `readable` are the paths the cell must read (its env, interpreter, build, tests): where the cell's uid cannot
+    traverse one of their ancestors (/root is 0700), that ancestor is covered by an empty tmpfs with only these
+    bound back. `cgroups` are the `cgroup.procs` files the cell joins; `cwd` its working directory."""
+
+    writable: tuple[Path, ...]
+    readable: tuple[Path, ...] = ()
+    cgroups: tuple[Path, ...] = ()
+    cwd: Path | None = None
+    uid: int | None = dataclasses.field(default_factory=cell_uid)
+
+    def plan(self, *, join: bool = True, keep: Sequence[Path] = ()) -> dict[str, Any]:
+        """The JSON plan harness_cellworld executes. join=False: the cgroups were joined before (the fresh init
+        joins them while /sys is writable); keep: directories made read-only again (a forkserver's cgroup hole)."""
+        writable = _existing(self.writable)
+        cwd = self.cwd or (Path(writable[0]) if writable else Path("/"))
+        return {
+            "proc": True,
+            "cgroups": [str(p) for p in self.cgroups] if join else [],
+            "reveal": reveals([*self.readable, *map(Path, writable), cwd], self.uid),
+            "dev": list(gpu_device_nodes()),
+            "mounts": [*Sandbox.mounts(self.writable), *(("ro", p) for p in _existing(keep))],
+            "net": True,
+            "uid": self.uid,
+            "cwd": str(cwd),
+        }
+
+
+def readable_in(argv: Sequence[str]) -> list[Path]:
+    """What a command must read, as its argv names it: every existing absolute path in it, and for an interpreter
+    its virtualenv and the base interpreter's installation (pyvenv.cfg's `home`, the real file's prefix)."""
+    found = [Path(arg) for arg in argv if arg.startswith("/") and os.path.exists(arg)]
+    if argv and argv[0].startswith("/"):
+        python = Path(argv[0])
+        found.append(Path(os.path.realpath(python)).parent.parent)
+        config = python.parent.parent / "pyvenv.cfg"
+        if config.is_file():
+            found.append(python.parent.parent)
+            for line in config.read_text(errors="replace").splitlines():
+                key, _, value = line.partition("=")
+                if key.strip() == "home" and value.strip():
+                    found.append(Path(os.path.realpath(value.strip())).parent)
+    return found
+
+
+def _blocks(path: Path, uid: int) -> bool:
+    """Whether uid (with no groups but its own gid, equal to it) cannot traverse the directory."""
+    st = path.stat()
+    bit = 0o100 if st.st_uid == uid else 0o010 if st.st_gid == uid else 0o001
+    return not st.st_mode & bit
+
+
+def reveals(paths: Sequence[Path], uid: int | None) -> list[tuple[str, list[str]]]:
+    """For each topmost ancestor uid cannot traverse, the paths under it to bind back (none nested in another)."""
+    if uid is None:
+        return []
+    wanted = _existing(paths)
+    wanted = [p for p in wanted if not any(p != q and p.startswith(q.rstrip("/") + "/") for q in wanted)]
+    grouped: dict[str, list[str]] = {}
+    for path in wanted:
+        for ancestor in reversed(Path(path).parents):
+            if ancestor != Path("/") and _blocks(ancestor, uid):
+                grouped.setdefault(str(ancestor), []).append(path)
+                break
+    return sorted(grouped.items())
+
+
+def hand_over(paths: Sequence[Path], uid: int | None, *, recursive: bool = False) -> None:
+    """Make the cell's uid the owner of what it may write (the harness, root, reads and removes it after);
+    recursive=False: the directories themselves, not the files the harness put in them."""
+    if uid is None:
+        return
+    for top in _existing(paths):
+        os.chown(top, uid, uid)
+        if not recursive:
+            continue
+        for root, dirs, files in os.walk(top):
+            for name in dirs + files:
+                os.chown(os.path.join(root, name), uid, uid, follow_symlinks=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,12 +207,38 @@ class Sandbox:
     def isolated(self) -> bool:
         return self.kind == "namespaces"
 
-    def wrap(self, argv: Sequence[str], writable: Sequence[Path], *, keep_capabilities: bool = False) -> list[str]:
+    @property
+    def guarantees_off(self) -> list[str]:
+        """What a cell does not get on this host, in words (empty: everything the sandbox promises)."""
+        if not self.isolated:
+            return [f"the sandbox ({self.reason})"]
+        if cell_uid() is None:
+            return ["an unprivileged uid (the harness is not root: a cell runs as the harness's own uid)"]
+        return []
+
+    def wrap(
+        self,
+        argv: Sequence[str],
+        writable: Sequence[Path],
+        *,
+        keep_capabilities: bool = False,
+        world: World | None = None,
+    ) -> list[str]:
         """argv run inside the sandbox: the whole filesystem read-only but the writable paths and a private
-        /dev/shm. Without namespaces the cell still dies with the harness (pdeathsig), where setpriv exists."""
+        /dev/shm, in the cell's world (`World`; by default one whose reads are what argv names). keep_capabilities:
+        a forkserver, which makes each cell's world itself. Without namespaces the cell still dies with the
+        harness (pdeathsig), where setpriv exists."""
         if not self.isolated:
             return ["setpriv", "--pdeathsig", "KILL", "--", *argv] if shutil.which("setpriv") else list(argv)
         userns = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+        if keep_capabilities:
+            joins, ops, command = "", [a for m in self.mounts(writable) for a in m], list(argv)
+        else:
+            world = world or World(tuple(writable), tuple(readable_in(argv)))
+            hand_over(world.writable, world.uid)
+            plan = json.dumps(world.plan(join=False))
+            joins, ops = " ".join(map(str, world.cgroups)), []
+            command = [sys.executable, "-I", "-S", str(CELLWORLD), plan, "--", *argv]
         return [
             "setpriv",
             "--pdeathsig",
@@ -124,6 +250,9 @@ class Sandbox:
             "--propagation",
             "private",
             "--pid",
+            "--net",
+            "--ipc",
+            "--uts",
             "--fork",
             "--kill-child",
             "--",
@@ -132,9 +261,10 @@ class Sandbox:
             INIT,
             "harness-cell-init",
             "keep" if keep_capabilities else "drop",
-            *(arg for mount in self.mounts(writable) for arg in mount),
+            joins,
+            *ops,
             "--",
-            *argv,
+            *command,
         ]
 
     @staticmethod
@@ -146,8 +276,7 @@ class Sandbox:
 
     @staticmethod
     def holes(writable: Sequence[Path]) -> list[tuple[str, str]]:
-        """What a cell may write in a read-only world: its writable paths and an empty /dev/shm of its own.
-        A forkserver's cell makes only these: it starts from its server's namespace, read-only already."""
+        """What a cell may write in a read-only world: its writable paths and an empty /dev/shm of its own."""
         return [("rw", path) for path in _existing(writable)] + [("shm", SHM)]
 
     def returncode(self, code: int) -> int:
