@@ -20,43 +20,20 @@ import re
 import time
 from pathlib import Path
 
+from torch_abi_harness.config import Limits, size_words
+
 log = logging.getLogger(__name__)
 
 ROOT = Path("/sys/fs/cgroup")
-SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]?)i?B?\s*$", re.IGNORECASE)
-UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
-def parse_size(text: str) -> int:
-    """Bytes from "512M", "6G", "8GiB" or a plain count of bytes; ValueError naming what is allowed."""
-    match = SIZE.match(text)
-    if not match or int(match.group(1)) == 0:
-        raise ValueError(f"{text!r} is not a size: a positive number with an optional K, M, G or T (e.g. 6G)")
-    return int(match.group(1)) * UNITS[match.group(2).upper()]
+def memory_bound(size: str) -> str:
+    """The reason of a cell the kernel's OOM killer ended at its memory bound (a container's too)."""
+    return f"memory bound {size} reached: the kernel killed the cell (OOM)"
 
 
-def size_words(size: int) -> str:
-    """A size as a person reads it: whole GiB or MiB where it is one, else bytes."""
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20)):
-        if size % scale == 0:
-            return f"{size // scale} {unit}"
-    return f"{size} bytes"
-
-
-@dataclasses.dataclass(frozen=True)
-class Limits:
-    """What one cell may use: bytes of memory (swap included) and processes (threads count, as the kernel counts)."""
-
-    memory: int = 8 * 2**30
-    pids: int = 1024
-
-
-def memory_bound(limits: Limits) -> str:
-    return f"memory bound {size_words(limits.memory)} reached: the kernel killed the cell (OOM)"
-
-
-def pids_bound(limits: Limits) -> str:
-    return f"process bound {limits.pids} reached: the cell could not start more processes or threads"
+def pids_bound(count: int) -> str:
+    return f"process bound {count} reached: the cell could not start more processes or threads"
 
 
 def read_key(path: Path, key: str) -> int:
@@ -83,10 +60,16 @@ class Hierarchy:
     def files(self) -> dict[str, tuple[Path, str]]:
         """The limit each controller sets, as (file under a group, what it takes)."""
         if self.version == 2:
-            return {"memory": (Path("memory.max"), "memory"), "swap": (Path("memory.swap.max"), "zero"),
-                    "pids": (Path("pids.max"), "pids")}  # fmt: skip
-        return {"memory": (Path("memory.limit_in_bytes"), "memory"),
-                "swap": (Path("memory.memsw.limit_in_bytes"), "memory"), "pids": (Path("pids.max"), "pids")}  # fmt: skip
+            return {
+                "memory": (Path("memory.max"), "memory"),
+                "swap": (Path("memory.swap.max"), "zero"),
+                "pids": (Path("pids.max"), "pids"),
+            }
+        return {
+            "memory": (Path("memory.limit_in_bytes"), "memory"),
+            "swap": (Path("memory.memsw.limit_in_bytes"), "memory"),
+            "pids": (Path("pids.max"), "pids"),
+        }
 
     def bases(self) -> tuple[Path, ...]:
         return tuple(dict.fromkeys((self.memory, self.pids)))
@@ -151,9 +134,9 @@ class CellGroup:
         else:
             oom = read_key(self.memory / "memory.oom_control", "oom_kill")
         if oom:
-            return memory_bound(self.limits)
+            return memory_bound(size_words(self.limits.memory))
         if read_key(self.pids / "pids.events", "max"):
-            return pids_bound(self.limits)
+            return pids_bound(self.limits.pids)
         return None
 
     def remove(self) -> None:
@@ -190,7 +173,8 @@ class Groups:
         if self.hierarchy is None:
             return None
         leaf = re.sub(r"[^A-Za-z0-9_.@~+=-]", "_", name)[:200]
-        memory, pids = (parent / leaf for parent in self._parents())
+        memory, pids = self._pair(self.prepare())
+        memory, pids = memory / leaf, pids / leaf
         group = CellGroup(self.hierarchy, memory, pids, limits)
         values = {"memory": str(limits.memory), "pids": str(limits.pids), "zero": "0"}
         for directory in group.directories:
@@ -201,15 +185,17 @@ class Groups:
                 target.write_text(values[value])
         return group
 
-    def _parents(self) -> tuple[Path, Path]:
-        assert self.hierarchy is not None
-        name = f"torch-abi-harness-{os.getpid()}"
-        memory, pids = self.hierarchy.memory / name, self.hierarchy.pids / name
-        for directory in dict.fromkeys((memory, pids)):
+    def prepare(self) -> tuple[Path, ...]:
+        """Make the harness's own directories (once per run is enough; again is harmless): the parents."""
+        for directory in self.parents:
             directory.mkdir(exist_ok=True)
-        if self.hierarchy.version == 2:
-            (memory / "cgroup.subtree_control").write_text("+memory +pids")
-        return memory, pids
+            if self.hierarchy is not None and self.hierarchy.version == 2:
+                (directory / "cgroup.subtree_control").write_text("+memory +pids")
+        return self.parents
+
+    def _pair(self, parents: tuple[Path, ...]) -> tuple[Path, Path]:
+        """(memory parent, pids parent): one directory twice under v2."""
+        return parents[0], parents[-1]
 
     def close(self) -> None:
         """Remove the harness's own directories (each cell's were removed after it)."""

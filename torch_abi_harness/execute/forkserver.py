@@ -45,7 +45,7 @@ from torch_abi_harness.core import processes
 from torch_abi_harness.core.files import write_atomic
 from torch_abi_harness.core.kinds import Device, ExecutorKind
 from torch_abi_harness.core.status import Status
-from torch_abi_harness.execute import sandbox
+from torch_abi_harness.execute import cgroups, sandbox
 from torch_abi_harness.execute.api import CappedLog, CellDecided, CellExecution, CellRequest, CellView, Launched
 from torch_abi_harness.execute.venv import PROBE_DIR, LogPump, VenvBackend, host_environ, interpreter_environ
 from torch_abi_harness.plan import Cell, Runtime
@@ -69,8 +69,12 @@ class ForkedCell:
 
     kind = ExecutorKind.FORKSERVER
 
-    def __init__(self, reply: socket.socket, pumps: list[LogPump], server: Server) -> None:
+    def __init__(
+        self, reply: socket.socket, pumps: list[LogPump], server: Server, group: cgroups.CellGroup | None
+    ) -> None:
         self.reply = reply
+        self.group = group
+        self._bound: str | None = None
         self.pumps = pumps
         self.server = server
         self.pid: int | None = None
@@ -150,6 +154,12 @@ class ForkedCell:
         self.reply.close()
         for pump in self.pumps:
             pump.finish()
+        if self.group is not None:
+            self._bound = self.group.bound()
+            self.group.remove()
+
+    def bound(self) -> str | None:
+        return self._bound
 
 
 class Server:
@@ -192,13 +202,14 @@ class Server:
         # the run's directory names the server (and the cells it forks, which share its command line)
         argv = [handle.python, "-c", SERVER, str(theirs.fileno()), str(request.out_dir.parents[1]), *backend.preload]
         environ = {**host_environ(Path("/")), **interpreter_environ(request.threads, [PROBE_DIR])}
+        cgroup_holes = backend.groups.prepare() if backend.sandbox.isolated else ()  # its cells join their groups
         if backend.sandbox.isolated:  # importing torch needs a temporary directory: the server's own empty tmpfs
             environ["TMPDIR"] = sandbox.SHM
         log.info("%s: starting its forkserver", label)
         output = tempfile.TemporaryFile()  # kept in the report only if the server says anything
         try:
             proc = processes.REGISTRY.popen(
-                backend.sandbox.wrap(argv, [], keep_capabilities=True),
+                backend.sandbox.wrap(argv, cgroup_holes, keep_capabilities=True),
                 cwd="/",
                 env=environ,
                 pass_fds=(theirs.fileno(),),
@@ -232,12 +243,30 @@ class Server:
     def spawn(self, request: CellRequest, view: CellView, stdout: CappedLog, stderr: CappedLog) -> ForkedCell:
         """Ask for one cell; ServerGone if the server cannot take it."""
         backend = self.backend
+        world, group = backend.world(request, view)
+        try:
+            return self._ask(request, view, (stdout, stderr), world, group)
+        except BaseException:
+            if group is not None:
+                group.remove()
+            raise
+
+    def _ask(
+        self,
+        request: CellRequest,
+        view: CellView,
+        logs: tuple[CappedLog, CappedLog],
+        world: sandbox.World,
+        group: cgroups.CellGroup | None,
+    ) -> ForkedCell:
+        isolated = self.backend.sandbox.isolated
         message = {
             "args": list(view.argv[3:]),  # argv is PYTHON -m pytest ARGS...
             "environ": dict(view.environ),
             "cwd": str(request.out_dir),
             "pythonpath": view.environ["PYTHONPATH"].split(os.pathsep),
-            "mounts": backend.sandbox.holes([request.out_dir]) if backend.sandbox.isolated else None,
+            # the cell's world, made in the server's read-only one: its cgroup hole read-only again once joined
+            "world": world.plan(keep=self.backend.groups.parents) if isolated else None,
         }
         reply, reply_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         out_r, out_w = os.pipe()
@@ -254,8 +283,8 @@ class Server:
             reply_theirs.close()
             os.close(out_w)
             os.close(err_w)
-        pumps = [LogPump(os.fdopen(out_r, "rb"), stdout), LogPump(os.fdopen(err_r, "rb"), stderr)]
-        return ForkedCell(reply, pumps, self)
+        pumps = [LogPump(os.fdopen(out_r, "rb"), logs[0]), LogPump(os.fdopen(err_r, "rb"), logs[1])]
+        return ForkedCell(reply, pumps, self, group)
 
     def kill(self) -> None:
         """End it now, whatever state it is in (SIGKILL reaches a stopped process); its cells die with it."""
@@ -382,3 +411,4 @@ class ForkserverBackend(VenvBackend):
             self._servers = {}
         for server in servers:
             server.stop()
+        super().end_run()

@@ -182,15 +182,13 @@ def reveals(paths: Sequence[Path], uid: int | None) -> list[tuple[str, list[str]
     return sorted(grouped.items())
 
 
-def hand_over(paths: Sequence[Path], uid: int | None, *, recursive: bool = False) -> None:
-    """Make the cell's uid the owner of what it may write (the harness, root, reads and removes it after);
-    recursive=False: the directories themselves, not the files the harness put in them."""
+def hand_over(paths: Sequence[Path], uid: int | None) -> None:
+    """Make the cell's uid the owner of what it may write and all in it (its pytest.ini, written 0600 by the
+    harness, included): the harness, root, reads and removes it after. No link is followed."""
     if uid is None:
         return
     for top in _existing(paths):
         os.chown(top, uid, uid)
-        if not recursive:
-            continue
         for root, dirs, files in os.walk(top):
             for name in dirs + files:
                 os.chown(os.path.join(root, name), uid, uid, follow_symlinks=False)

@@ -312,6 +312,12 @@ def decided(seen: Seen) -> Found | None:
     return Found(*seen.execution.decided) if seen.execution.decided else None
 
 
+def bound_reached(seen: Seen) -> Found | None:
+    """The cell reached a bound of the harness's (its memory, its process count): the harness ended it, so it
+    says nothing about the extension's compatibility."""
+    return Found(Status.ERROR, seen.execution.bound) if seen.execution.bound else None
+
+
 def timed_out(seen: Seen) -> Found | None:
     """Killed at its timeout: the extension's hang, or the runtime's when it had not reached the extension."""
     if not seen.execution.timed_out:
@@ -437,6 +443,7 @@ def pytest_exit(seen: Seen) -> Found:
 # classify's rules, tried in this order: the first that answers decides the cell; pytest_exit answers every cell.
 RULES: tuple[Rule, ...] = (
     decided,
+    bound_reached,
     timed_out,
     crashed,
     no_probe,

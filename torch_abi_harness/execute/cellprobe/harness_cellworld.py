@@ -56,8 +56,13 @@ LINUX_CAPABILITY_VERSION_3 = 0x20080522
 SYS_CAPSET = 126  # x86_64
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
-DEV_LINKS = {"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1",
-             "stderr": "/proc/self/fd/2", "ptmx": "pts/ptmx"}  # fmt: skip
+DEV_LINKS = {
+    "fd": "/proc/self/fd",
+    "stdin": "/proc/self/fd/0",
+    "stdout": "/proc/self/fd/1",
+    "stderr": "/proc/self/fd/2",
+    "ptmx": "pts/ptmx",
+}
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -152,10 +157,20 @@ def loopback_up() -> None:
         fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | IFF_UP))
 
 
+def unshare_cell() -> None:
+    """New mount, PID, network, IPC and UTS namespaces for this process's next child (the forkserver's cell),
+    its mounts no longer propagating to the server's."""
+    check(_libc.unshare(CELL_NAMESPACES), "unshare")
+    mount(None, "/", MS_REC | MS_PRIVATE)
+
+
 def enter(plan: dict[str, Any]) -> None:
     """Make the world of plan, as root, in the process that is PID 1 of the cell's new namespaces."""
     if plan.get("proc"):
         mount("proc", "/proc", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, "proc")
+    for procs in plan.get("cgroups", []):  # before `mounts` makes the forkserver's cgroup hole read-only
+        with open(procs, "w") as joined:
+            joined.write("0")
     for ancestor, paths in plan.get("reveal", []):
         reveal(ancestor, paths)
     if plan.get("dev") is not None:
@@ -164,9 +179,6 @@ def enter(plan: dict[str, Any]) -> None:
         bind(path, mode)
     if plan.get("net"):
         loopback_up()
-    for procs in plan.get("cgroups", []):
-        with open(procs, "w") as joined:
-            joined.write("0")
     os.chdir(plan.get("cwd") or "/")
 
 
