@@ -19,9 +19,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
+from torch_abi_harness.config import size_words
 from torch_abi_harness.core import commands, processes
 from torch_abi_harness.core.files import write_atomic
-from torch_abi_harness.config import size_words
 from torch_abi_harness.core.kinds import Backend, ExecutorKind
 from torch_abi_harness.execute import cgroups, sandbox
 from torch_abi_harness.execute.api import (
