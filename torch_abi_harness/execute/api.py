@@ -223,6 +223,10 @@ class Executor(abc.ABC):
         """A run of these cells starts: forget an earlier run's stop."""
         self._stopping.clear()
 
+    def guarantees_off(self) -> list[str]:
+        """What this host cannot give the backend's cells, in words, for the run's first line (empty: all)."""
+        return []
+
     def end_run(self) -> None:  # noqa: B027  (most backends hold nothing across cells)
         """Every cell of the run has ended: release what the backend held for them."""
 

@@ -298,15 +298,25 @@ def detect() -> Sandbox:
         return Sandbox("none", f"{', '.join(missing)} not found (util-linux)")
     probe = Sandbox("namespaces")
     with tempfile.TemporaryDirectory(prefix="harness-sandbox-") as tmp:
-        # succeeds only where the sandbox starts *and* the filesystem outside a cell's holes refuses a write
-        argv = probe.wrap(["sh", "-c", f"! touch {tmp}/written 2>/dev/null"], [])
+        # succeeds only where the cell's world starts, its own directory takes a write, and a directory anyone may
+        # write (mode 0777, so that only the read-only mount refuses the cell's uid) does not
+        base = Path(tmp)
+        base.chmod(0o755)
+        hole, open_to_all = base / "hole", base / "open"
+        hole.mkdir()
+        open_to_all.mkdir()
+        open_to_all.chmod(0o777)
+        script = f"touch {hole}/written && ! touch {open_to_all}/written 2>/dev/null"
+        argv = probe.wrap(["sh", "-c", script], [hole])
         try:
             proc = subprocess.run(argv, capture_output=True, text=True, timeout=30)
         except (OSError, subprocess.TimeoutExpired) as exc:
             return Sandbox("none", f"the sandbox did not start: {exc}")
+        if proc.returncode == 0 and not (hole / "written").exists():
+            return Sandbox("none", "the sandbox started, but its cell's writable directory took no write")
     if proc.returncode != 0:
         detail = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
-        if proc.returncode == SETUP_FAILED:  # namespaces made, but the world could not be made read-only
+        if proc.returncode == SETUP_FAILED:  # namespaces made, but the world could not be made
             return Sandbox("none", f"the sandbox could not make its mounts ({detail})")
         return Sandbox("none", f"the kernel refused the namespaces ({detail})")
     hidden = gpu_hidden(probe)

@@ -175,10 +175,14 @@ class VenvBackend(Executor):
                 "others use are verified after a failing cell) and a process it detaches can outlive it",
                 self.sandbox.reason,
             )
-        for off in self.sandbox.guarantees_off if self.sandbox.isolated else ():
+        for off in self.guarantees_off() if self.sandbox.isolated else ():
             log.warning("cells run without %s", off)
+
+    def guarantees_off(self) -> list[str]:
+        off = self.sandbox.guarantees_off
         if self.sandbox.isolated and self.groups.hierarchy is None:
-            log.warning("cells run without memory and process bounds (%s)", self.groups.reason)
+            off.append(f"memory and process bounds ({self.groups.reason})")
+        return off
 
     def prepare(self, runtimes: Mapping[Runtime, Env | None]) -> dict[Runtime, RuntimeHandle]:
         handles = {}
