@@ -4,8 +4,12 @@ torch, pytest and the cell probe once, forking one child per cell.
 Each forked cell gets what a fresh cell gets: its own session and process group, its own stdout
 and stderr (pipes pumped into the same capped logs), its own working directory, the build's site
 dir first on `sys.path`, the cell environment applied before anything of the extension is
-imported, and the same sandbox (mount and PID namespaces made by the child itself, the whole
-filesystem read-only but its own directory and a private /dev/shm, capabilities dropped). The
+imported, and the same world (`harness_cellworld`: mount, PID, network, IPC and UTS namespaces
+made by the child itself, its own /proc, the whole filesystem read-only but its own directory and a
+private /dev/shm, a minimal /dev, its cgroup, uid nobody, no core dumps, capabilities dropped). The
+harness holds the host pid of the forked child that made the namespaces (it leads the cell's process
+group; the init and pytest below it stay in that group): it times the cell through a pidfd on it and
+kills the group, and the init's death ends the whole PID namespace. The
 server never imports an extension. What it cannot give, it does not pretend to: a `device: cuda`
 runtime keeps fresh processes (CUDA must not be initialised before a fork), and a runtime whose
 server does not start runs its cells fresh, said once in the log. A server that dies under a
@@ -21,7 +25,9 @@ The server itself runs in the sandbox with every mount read-only and nothing wri
 empty /dev/shm of its own, its TMPDIR (the host's CUDA toolkit hidden), keeping the capabilities
 it needs to sandbox each child: a child's namespace is a copy of that read-only world, so each
 cell only opens its own holes (its directory writable, an empty /dev/shm), a few mount calls
-instead of one per mount of the host.
+instead of one per mount of the host. The server alone may write the harness's cgroup directories
+(a hole only its namespace has), so that each cell joins its own group before dropping to nobody; the
+cell makes that hole read-only again in its own world.
 """
 
 from __future__ import annotations

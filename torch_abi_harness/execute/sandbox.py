@@ -1,28 +1,27 @@
-"""The venv backend's cell sandbox: a cell sees a read-only world, and nothing it starts outlives it.
+"""The venv backend's cell sandbox: a cell sees a read-only world of its own, and nothing it starts outlives it.
 
 A cell's pytest runs under `setpriv --pdeathsig KILL` (it dies with the harness thread that started it, even
-when the harness is SIGKILLed), in new mount and PID namespaces made by `unshare` (a user namespace too when
-the harness is not root). A small POSIX shell init, PID 1 there, makes **every mount of the namespace
-read-only** (remounted `bind,ro` in place, keeping their nosuid/nodev/noexec/atime flags: `mount --all`,
-then each line of /proc/self/mountinfo still writable, so submounts such as /dev, /proc, /sys and /tmp are
-covered one by one and not only `/`), hides the host's CUDA toolkit, then opens the only holes a cell may
-write through: its own cell directory (which holds its TMPDIR, HOME and every default cache:
-`venv.own_caches`) bound writable again, and an empty private tmpfs on /dev/shm (POSIX shared memory and
-semaphores, gone with the cell). Device nodes stay usable (/dev/null): a read-only mount refuses creating
-files, not writing to a device. Where a host's GPU driver does not initialise inside the sandbox, cells run
-outside it (`gpu_hidden`). /proc and /sys are read-only too: a cell runs as uid 0 (of its user
-namespace, or the host's), and files such as /proc/sys/* and the cgroup files check only their owner, not a
-capability. A mount the init cannot make read-only (one a later mount covers, say) fails the sandbox with
-its path named, rather than leaving it writable. The cell then runs with every capability dropped (and
-no_new_privs), so it can neither write through those mounts nor remount them. When the cell's process ends,
-PID 1 exits with its status and the kernel kills every process left in the namespace: a test's `setsid`
-child included.
+when the harness is SIGKILLed), in new mount, PID, network, IPC and UTS namespaces made by `unshare` (a user
+namespace too when the harness is not root). A small POSIX shell init joins the cell's cgroups while /sys is
+still writable, makes **every mount of the namespace read-only** (remounted `bind,ro` in place, keeping their
+nosuid/nodev/noexec/atime flags: `mount --all`, then each line of /proc/self/mountinfo still writable, so
+submounts such as /dev, /proc, /sys and /tmp are covered one by one and not only `/`), then execs the cell's
+world (`cellprobe/harness_cellworld.py`, PID 1 of the namespaces, from the plan `World.plan` writes): a procfs
+of its own PID namespace on /proc (no other process's /proc/PID), the directories the cell's uid cannot
+traverse (/root) covered by an empty tmpfs with only what it must read bound back, a minimal /dev, the host's
+CUDA toolkit hidden, its own cell directory (its TMPDIR, HOME and every default cache: `venv.own_caches`) bound
+writable again and an empty private tmpfs on /dev/shm, `lo` up in its own network, its working directory
+entered after the bind. The cell then runs as `nobody` (when the harness is root; it owns only its directory),
+with no core dumps, every capability dropped and no_new_privs. Where a host's GPU driver does not initialise
+inside the sandbox, cells run outside it (`gpu_hidden`). A mount the init cannot make read-only (one a later
+mount covers, say) fails the sandbox with its path named, rather than leaving it writable. When the cell's
+process ends, PID 1 exits with its status and the kernel kills every process left in the namespace: a test's
+`setsid` child included.
 
-Why read-only mounts rather than an unprivileged user: a uid of its own would still let a cell write
-wherever the world may (/tmp, /dev/shm, /var/tmp, a world-writable cache: another cell's lock among
-them) and would need the envs, builds and reports owned apart; a read-only mount refuses every write
-whatever the permission bits say, needs no user on the host, and is what the docker backend gives
-(`--read-only` root, writable only the cell's own mounts).
+Read-only mounts and an unprivileged uid both: a uid of its own alone would still let a cell write wherever the
+world may (/tmp, /dev/shm, /var/tmp, a world-writable cache: another cell's lock among them); read-only mounts
+alone would leave root-only files and sockets and the host's /proc within reach. Together they give what the
+docker backend gives (`--read-only` root, a non-root user, writable only the cell's own mounts).
 
 The init reports a death by signal N as exit 128+N (PID 1 cannot re-raise it), which `returncode`
 maps back, as the docker backend does for its init.
