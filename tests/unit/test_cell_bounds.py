@@ -1,6 +1,7 @@
 """A cell's bounds: the matrix's `limits:`, the cgroup files the harness reads after a cell, and the reason and
 status a bound it reached gives the cell. Real files in tmp stand for a cgroup where the kernel is not needed."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -119,3 +120,15 @@ def test_the_limits_a_group_is_made_with_are_written_to_its_files(tmp_path: Path
 
 def test_no_hierarchy_makes_no_group() -> None:
     assert cgroups.Groups(None, "not here").make("cell", Limits()) is None
+
+
+def test_a_killed_harness_groups_are_swept_and_a_living_ones_kept(tmp_path: Path) -> None:
+    dead = tmp_path / "torch-abi-harness-999999999"  # above any pid_max: no such process
+    (dead / "cell").mkdir(parents=True)
+    alive = tmp_path / f"torch-abi-harness-{os.getpid()}"
+    (alive / "cell").mkdir(parents=True)
+    other = tmp_path / "not-ours"
+    other.mkdir()
+    cgroups.sweep(cgroups.Hierarchy(2, tmp_path, tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([alive.name, other.name])
+    assert (alive / "cell").is_dir()

@@ -71,8 +71,8 @@ def size_words(size: int) -> str:
 @dataclasses.dataclass(frozen=True)
 class Limits:
     """What one venv cell may use (its cgroup's bounds): bytes of memory, swap included, and processes (threads
-    count, as the kernel counts them). The defaults hold every cell of the default matrix with room to spare (the
-    largest peaks near 1 GiB and 60 threads)."""
+    count, as the kernel counts them). The defaults hold every cell of the default matrix with room to spare (a
+    stable_basic cell measured 466 MiB and 3 tasks at its peak on torch 2.15.0)."""
 
     memory: int = 8 * 2**30
     pids: int = 1024

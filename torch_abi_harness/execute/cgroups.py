@@ -213,10 +213,30 @@ def detect() -> Groups:
     if isinstance(found, str):
         return Groups(None, found)
     groups = Groups(found)
+    sweep(found)
     try:
         group = groups.make("probe", Limits())
         assert group is not None
         group.remove()
+        groups.close()
     except OSError as exc:
         return Groups(None, f"cgroup v{found.version}: a group could not be made ({exc})")
     return groups
+
+
+PARENT = re.compile(r"^torch-abi-harness-(\d+)$")
+
+
+def sweep(hierarchy: Hierarchy) -> None:
+    """Remove the empty groups a harness that was killed (SIGKILL runs no clean-up) left behind: those whose
+    harness pid is gone. A group still holding a process stays (rmdir refuses it)."""
+    for base in hierarchy.bases():
+        for parent in base.glob("torch-abi-harness-*"):
+            match = PARENT.match(parent.name)
+            if not match or Path(f"/proc/{match.group(1)}").exists():
+                continue
+            for directory in [*(p for p in parent.iterdir() if p.is_dir()), parent]:
+                try:
+                    directory.rmdir()
+                except OSError:
+                    log.debug("%s: left (still in use)", directory)
