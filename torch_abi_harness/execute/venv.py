@@ -232,7 +232,12 @@ class VenvBackend(Executor):
 
     def world(self, request: CellRequest, view: CellView) -> tuple[sandbox.World, cgroups.CellGroup | None]:
         """The cell's world and its cgroup (made now, with its limits): what both executors give a cell."""
-        group = self.groups.make(request.cell.id, request.limits) if self.sandbox.isolated else None
+        group = None
+        if self.sandbox.isolated:
+            try:
+                group = self.groups.make(request.cell.id, request.limits)
+            except OSError as exc:  # the hierarchy went away under the run: this cell runs unbounded, said
+                log.warning("%s: runs without memory and process bounds: %s", request.cell.id, exc)
         world = sandbox.World(
             (request.out_dir,), cell_reads(request, view), group.procs if group else (), request.out_dir
         )
