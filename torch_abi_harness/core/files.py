@@ -21,11 +21,24 @@ from typing import Any
 from torch_abi_harness.core.errors import BadInputError
 
 
+def _umask() -> int:
+    """The process's umask (read once, at import: os.umask can only be read by setting it)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+FILE_MODE = 0o666 & ~_umask()  # what open() would give a new file: a cell (another uid) reads what the harness wrote
+
+
 def write_atomic(path: Path, data: str | bytes) -> None:
-    """Write data to path atomically (temp file, fsync, rename); the parent directory must exist."""
+    """Write data to path atomically (temp file, fsync, rename); the parent directory must exist. The file gets
+    the mode open() would give it, not mkstemp's 0600: a cell runs as another uid and reads some of them (a
+    derived suite's manifest in a build's site)."""
     raw = data.encode() if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, FILE_MODE)
         with os.fdopen(fd, "wb") as handle:
             handle.write(raw)
             handle.flush()

@@ -193,6 +193,18 @@ def hand_over(paths: Sequence[Path], uid: int | None) -> None:
                 os.chown(os.path.join(root, name), uid, uid, follow_symlinks=False)
 
 
+def readable_by_all(top: Path) -> None:
+    """Let any uid read what top holds (files o+r, directories o+rx) where the harness wrote it 0600 (mkstemp's
+    mode, before write_atomic gave files open()'s): a build's site made by an earlier harness, read by a cell that
+    runs as nobody. Modes only; no link is followed."""
+    for root, dirs, files in os.walk(top):
+        for name, bits in [*((d, 0o005) for d in dirs), *((f, 0o004) for f in files)]:
+            path = os.path.join(root, name)
+            mode = os.lstat(path).st_mode
+            if not stat.S_ISLNK(mode) and mode & bits != bits:
+                os.chmod(path, stat.S_IMODE(mode) | bits)
+
+
 @dataclasses.dataclass(frozen=True)
 class Sandbox:
     """How cells are isolated on this host: 'namespaces', or 'none' with the reason."""

@@ -169,6 +169,7 @@ class VenvBackend(Executor):
         super().__init__()
         self.sandbox = sandbox.detect()
         self.groups = cgroups.detect() if self.sandbox.isolated else cgroups.Groups(None, "no sandbox")
+        self._opened: set[Path] = set()  # builds' sites made readable by the cells' uid
         if not self.sandbox.isolated:
             log.warning(
                 "cells run without the sandbox (%s): a cell can write wherever this user can (the envs and builds "
@@ -242,6 +243,9 @@ class VenvBackend(Executor):
             (request.out_dir,), cell_reads(request, view), group.procs if group else (), request.out_dir
         )
         sandbox.hand_over([request.out_dir], world.uid)
+        if world.uid is not None and request.site not in self._opened:
+            sandbox.readable_by_all(request.site)
+            self._opened.add(request.site)
         return world, group
 
     def start(self, request: CellRequest, view: CellView, stdout: CappedLog, stderr: CappedLog) -> Launched:
