@@ -33,12 +33,13 @@ SITE = pathlib.Path(torch.__file__).parents[1]
 
 
 def refused(path, create=False):
-    # Opening path for writing must fail. Nothing is ever written: if the sandbox failed, an existing
-    # file (the harness's own probe plugin, say) is opened for append and closed untouched.
+    # Opening path for writing must fail (read-only, not the cell's, or not even visible to it). Nothing is
+    # ever written: if the sandbox failed, an existing file (the harness's own probe plugin, say) is opened
+    # for append and closed untouched.
     flags = os.O_WRONLY | (os.O_CREAT | os.O_EXCL if create else os.O_APPEND)
     with pytest.raises(OSError) as info:
         os.close(os.open(path, flags))
-    assert info.value.errno in (errno.EROFS, errno.EACCES, errno.EPERM), info.value
+    assert info.value.errno in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOENT), info.value
 
 
 def test_E7_rewrite_torch_init():
@@ -54,8 +55,8 @@ def test_write_into_uvs_cache():
 
 
 def test_write_into_another_builds_site():
-    (other,) = glob.glob(TARGETS["other_site"])
-    refused(other)
+    for other in glob.glob(TARGETS["other_site"]) or [TARGETS["other_site"].replace("*", "x")]:
+        refused(other)  # where the cell sees it at all
 
 
 def test_write_into_the_probe_plugin():
@@ -63,8 +64,9 @@ def test_write_into_the_probe_plugin():
 
 
 def test_forge_another_cells_result():
-    (other,) = glob.glob(os.path.join(os.getcwd(), "..", "bystander@*", "result.json"))
-    refused(other)
+    pattern = os.path.join(os.getcwd(), "..", "bystander@*", "result.json")
+    for other in glob.glob(pattern) or [pattern.replace("*", "x")]:
+        refused(other)  # where the cell sees it at all
 """
 SLEEPS = """
 import time

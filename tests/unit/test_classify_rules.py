@@ -1,11 +1,12 @@
 """classify's rules (run/collect.py RULES) one by one where no other test holds them, and their order: the first
 rule that answers decides the cell."""
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
-from tests.unit.test_collect import LOADED, PASSING, cell
+from tests.unit.test_collect import JUNIT, LOADED, PASSING, cell
 from torch_abi_harness.core.status import Status
 from torch_abi_harness.execute.api import CellExecution, CellView
 from torch_abi_harness.run.collect import classify
@@ -92,3 +93,27 @@ def test_the_first_rule_that_answers_decides(tmp_path: Path) -> None:
         "the runtime crashed (SIGKILL) during start-up, before the extension was loaded: "
         "the torch environment is suspect, not the extension",
     )
+
+
+@pytest.mark.parametrize(
+    ("code", "timed_out", "junit", "without"),
+    [
+        (-9, False, None, Status.CRASHED),
+        (1, False, "failing", Status.TEST_FAILED),
+        (None, True, None, Status.TIMEOUT),
+        (0, False, "passing", Status.PASS),
+    ],
+    ids=["killed-by-the-oom-killer", "tests-failed-on-fork", "timed-out-stuck-at-the-bound", "passed-anyway"],
+)
+def test_a_bound_the_cell_reached_makes_it_an_error_naming_the_bound_whatever_else_it_left(
+    tmp_path: Path, code: int | None, timed_out: bool, junit: str | None, without: Status
+) -> None:
+    """A cell its cgroup's memory or process bound ended is the harness's bound, never the extension's CRASHED,
+    TEST_FAILED or TIMEOUT (nor a PASS that hid it)."""
+    bound = "memory bound 512 MiB reached: the kernel killed the cell (OOM)"
+    failing = '<testcase classname="test_x" name="test_bad" time="0.1"><failure message="boom"/></testcase>'
+    junits = {"passing": PASSING, "failing": JUNIT.format(failures=1, extra=failing), None: None}
+    execution = dataclasses.replace(cell(tmp_path, code, LOADED, junits[junit], timed_out), bound=bound)
+    outcome = classify(execution, 60)
+    assert (outcome.status, outcome.reason) == (Status.ERROR, bound)
+    assert classify(dataclasses.replace(execution, bound=None), 60).status is without  # what the bound overrules

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import tempfile
 from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
@@ -66,14 +67,20 @@ def write_manifest(wheel: Path, out: Path, envs: Sequence[Env], confine: Confine
 
 
 def reference(env: Env, out: Path, confine: Confine) -> dict[str, Any]:
-    """What each module registers on env's torch (the derived suite run as a script), or why that failed."""
-    reference = out / "reference.json"
-    reference.unlink(missing_ok=True)
-    argv = [str(env.python), str(derived_suite_script()), str(out / "site"), str(reference)]
-    try:
-        said = commands.run(confine(argv, [out]), timeout=300, check=False, cwd=out).stdout
-    except CommandError as exc:  # it hung: the cells will say so for themselves
-        said = f"{exc}\n{exc.output}"
+    """What each module registers on env's torch (the derived suite run as a script), or why that failed.
+    It runs the artifact's code, confined like a cell, writing only a scratch directory of its own (the sandbox
+    hands what a confined command may write to the cell's uid: never the build's own directory)."""
+    with tempfile.TemporaryDirectory(prefix="harness-reference-") as scratch:
+        reference = Path(scratch) / "reference.json"
+        argv = [str(env.python), str(derived_suite_script()), str(out / "site"), str(reference)]
+        try:
+            said = commands.run(confine(argv, [Path(scratch)]), timeout=300, check=False, cwd=Path(scratch)).stdout
+        except CommandError as exc:  # it hung: the cells will say so for themselves
+            said = f"{exc}\n{exc.output}"
+        return _read_reference(env, reference, said)
+
+
+def _read_reference(env: Env, reference: Path, said: str) -> dict[str, Any]:
     try:
         found: dict[str, Any] = json.loads(reference.read_text())
     except (OSError, ValueError):

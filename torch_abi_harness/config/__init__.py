@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import enum
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -47,6 +48,34 @@ class Sources:
     index_strategy: str = "unsafe-best-match"
     # Existing environments (`--use-env`): interpreters whose torch serves the envs they match, used as they are
     environments: tuple[str, ...] = ()
+
+
+SIZE_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+SIZE = re.compile(r"^([1-9][0-9]*)([KMGT]?)(?:i?B)?$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int | None:
+    """Bytes from "512M", "6G", "8GiB" or a plain count of bytes; None where text is not a size."""
+    match = SIZE.match(text.strip())
+    return int(match.group(1)) * SIZE_UNITS[match.group(2).upper()] if match else None
+
+
+def size_words(size: int) -> str:
+    """A size as a person reads it: whole GiB or MiB where it is one, else bytes."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20)):
+        if size % scale == 0:
+            return f"{size // scale} {unit}"
+    return f"{size} bytes"
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """What one venv cell may use (its cgroup's bounds): bytes of memory, swap included, and processes (threads
+    count, as the kernel counts them). The defaults hold every cell of the default matrix with room to spare (a
+    stable_basic cell measured 466 MiB and 3 tasks at its peak on torch 2.15.0)."""
+
+    memory: int = 8 * 2**30
+    pids: int = 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,6 +227,7 @@ class Matrix:
     builds: tuple[BuildSpec, ...]
     docker: DockerSettings = DockerSettings()
     known_breaks: tuple[KnownBreak, ...] = ()
+    limits: Limits = Limits()
     candidate: str | None = None  # `run --candidate`: a release added as a runtime and as a build torch
     published: tuple[PublishedRequest, ...] = ()  # builds naming published wheels, not yet resolved
 

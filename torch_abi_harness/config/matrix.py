@@ -24,12 +24,14 @@ from torch_abi_harness.config import (
     DockerSettings,
     Extension,
     KnownBreak,
+    Limits,
     Matrix,
     PublishedRequest,
     RuntimeSpec,
     Settings,
     Sources,
     is_path,
+    parse_size,
     selector_pattern,
 )
 from torch_abi_harness.config.extension import discover_extensions
@@ -70,6 +72,7 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
             problems.append(f"{doc.where(('builds', index))}: duplicate build {item!r}")
         builds.append(build)
     acknowledged = known_breaks(doc, problems)
+    limits = cell_limits(doc, problems)
     if problems:
         raise ConfigError(path, problems)
     settings: dict[str, Any] = dict(data.get("settings") or {})
@@ -92,8 +95,38 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
         builds=tuple(builds),
         docker=DockerSettings(**(data.get("docker") or {})),
         known_breaks=acknowledged,
+        limits=limits,
         published=tuple(published),
     )
+
+
+MIN_PIDS = 16  # below this a cell's interpreter and pytest cannot start their own threads
+
+
+def cell_limits(doc: Document, problems: list[str]) -> Limits:
+    """`limits:`: each venv cell's memory (a size: 512M, 6G) and process bound; a bad value is a problem named with
+    its key and what is allowed."""
+    given: dict[str, Any] = doc.data.get("limits") or {}
+    limits = Limits()
+    if "memory" in given:
+        memory = parse_size(str(given["memory"]))
+        if memory is None or memory < 64 * 2**20:
+            problems.append(
+                f"{doc.where(('limits', 'memory'))}: {given['memory']!r} is not a memory bound: a size of at least "
+                "64M, a number with K, M, G or T (e.g. 6G, 512M)"
+            )
+        else:
+            limits = dataclasses.replace(limits, memory=memory)
+    if "pids" in given:
+        pids = given["pids"]
+        if isinstance(pids, bool) or not isinstance(pids, int) or pids < MIN_PIDS:
+            problems.append(
+                f"{doc.where(('limits', 'pids'))}: {pids!r} is not a process bound: "
+                f"a whole number of at least {MIN_PIDS}"
+            )
+        else:
+            limits = dataclasses.replace(limits, pids=pids)
+    return limits
 
 
 def _runtimes(doc: Document, problems: list[str]) -> list[RuntimeSpec]:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from torch_abi_harness.builds import BuildResult
+from torch_abi_harness.config import Limits
 from torch_abi_harness.core import processes
 from torch_abi_harness.core.files import write_atomic
 from torch_abi_harness.core.kinds import Backend, ExecutorKind
@@ -76,6 +77,9 @@ class CellRequest:
     # Shared libraries the cell's process preloads (LD_PRELOAD, host paths), a shim mutant's interposer: such a
     # cell runs in a fresh interpreter (a forkserver has loaded torch before any preload could take effect).
     preload: tuple[Path, ...] = ()
+    limits: Limits = dataclasses.field(
+        default_factory=Limits
+    )  # the cell's memory and process bounds (its cgroup; a container's are docker:'s)
 
     @property
     def site(self) -> Path:
@@ -112,6 +116,7 @@ class CellExecution:
     decided: tuple[Status, str] | None = None
     executor: ExecutorKind | None = None  # the Launched's kind; None when the cell never started
     request: CellRequest | None = None  # what was run (None only where a record is made without an executor)
+    bound: str | None = None  # a bound of the harness's that ended it (memory, processes), in words
 
     @property
     def junit(self) -> Path:
@@ -179,6 +184,10 @@ class Launched(Protocol):
     def close(self, stdout: CappedLog, stderr: CappedLog) -> None:
         """It has ended: finish its logs and release what it held. Never raises for the cell's own outcome."""
 
+    def bound(self) -> str | None:
+        """After close: the bound of the harness's the cell reached (its memory, its process count), in words, as
+        its cgroup's events or its engine say; None where it reached none (or none was kept)."""
+
 
 class Executor(abc.ABC):
     """The template every backend runs cells through."""
@@ -214,6 +223,10 @@ class Executor(abc.ABC):
         """A run of these cells starts: forget an earlier run's stop."""
         self._stopping.clear()
 
+    def guarantees_off(self) -> list[str]:
+        """What this host cannot give the backend's cells, in words, for the run's first line (empty: all)."""
+        return []
+
     def end_run(self) -> None:  # noqa: B027  (most backends hold nothing across cells)
         """Every cell of the run has ended: release what the backend held for them."""
 
@@ -237,9 +250,9 @@ class Executor(abc.ABC):
         stdout, stderr = CappedLog(out / "stdout.log"), CappedLog(out / "stderr.log")
         launched_at, started = time.time(), time.monotonic()
         decided: tuple[Status, str] | None = None
-        returncode, timed_out, executor = None, False, None
+        returncode, timed_out, executor, bound = None, False, None, None
         try:
-            returncode, timed_out, executor = self._run(request, view, stdout, stderr)
+            returncode, timed_out, executor, bound = self._run(request, view, stdout, stderr)
         except CellDecided as exc:
             stderr.write(exc.reason.encode() + b"\n")
             decided = (exc.status, exc.reason)
@@ -248,12 +261,22 @@ class Executor(abc.ABC):
             stderr.close()
         seconds = time.monotonic() - started
         return CellExecution(
-            returncode, timed_out, launched_at, seconds, stdout.path, stderr.path, view, decided, executor, request
+            returncode,
+            timed_out,
+            launched_at,
+            seconds,
+            stdout.path,
+            stderr.path,
+            view,
+            decided,
+            executor,
+            request,
+            bound,
         )
 
     def _run(
         self, request: CellRequest, view: CellView, stdout: CappedLog, stderr: CappedLog
-    ) -> tuple[int | None, bool, ExecutorKind]:
+    ) -> tuple[int | None, bool, ExecutorKind, str | None]:
         if self.stopping:
             raise processes.Interrupted(f"not started, the run is stopping: {request.cell.id}")
         launched = self.start(request, view, stdout, stderr)
@@ -262,11 +285,12 @@ class Executor(abc.ABC):
         try:
             if self.stopping:  # stop_all ran while it started: it missed this one
                 launched.kill(0)
-            return (*supervise(launched, request.timeout), launched.kind)
+            code, timed_out = supervise(launched, request.timeout)
         finally:
             with self._lock:
                 self._active.pop(request.cell.id, None)
             launched.close(stdout, stderr)
+        return code, timed_out, launched.kind, launched.bound()
 
 
 def supervise(launched: Launched, timeout: float) -> tuple[int | None, bool]:

@@ -4,8 +4,12 @@ torch, pytest and the cell probe once, forking one child per cell.
 Each forked cell gets what a fresh cell gets: its own session and process group, its own stdout
 and stderr (pipes pumped into the same capped logs), its own working directory, the build's site
 dir first on `sys.path`, the cell environment applied before anything of the extension is
-imported, and the same sandbox (mount and PID namespaces made by the child itself, the whole
-filesystem read-only but its own directory and a private /dev/shm, capabilities dropped). The
+imported, and the same world (`harness_cellworld`: mount, PID, network, IPC and UTS namespaces
+made by the child itself, its own /proc, the whole filesystem read-only but its own directory and a
+private /dev/shm, a minimal /dev, its cgroup, uid nobody, no core dumps, capabilities dropped). The
+harness holds the host pid of the forked child that made the namespaces (it leads the cell's process
+group; the init and pytest below it stay in that group): it times the cell through a pidfd on it and
+kills the group, and the init's death ends the whole PID namespace. The
 server never imports an extension. What it cannot give, it does not pretend to: a `device: cuda`
 runtime keeps fresh processes (CUDA must not be initialised before a fork), and a runtime whose
 server does not start runs its cells fresh, said once in the log. A server that dies under a
@@ -21,7 +25,9 @@ The server itself runs in the sandbox with every mount read-only and nothing wri
 empty /dev/shm of its own, its TMPDIR (the host's CUDA toolkit hidden), keeping the capabilities
 it needs to sandbox each child: a child's namespace is a copy of that read-only world, so each
 cell only opens its own holes (its directory writable, an empty /dev/shm), a few mount calls
-instead of one per mount of the host.
+instead of one per mount of the host. The server alone may write the harness's cgroup directories
+(a hole only its namespace has), so that each cell joins its own group before dropping to nobody; the
+cell makes that hole read-only again in its own world.
 """
 
 from __future__ import annotations
@@ -45,7 +51,7 @@ from torch_abi_harness.core import processes
 from torch_abi_harness.core.files import write_atomic
 from torch_abi_harness.core.kinds import Device, ExecutorKind
 from torch_abi_harness.core.status import Status
-from torch_abi_harness.execute import sandbox
+from torch_abi_harness.execute import cgroups, sandbox
 from torch_abi_harness.execute.api import CappedLog, CellDecided, CellExecution, CellRequest, CellView, Launched
 from torch_abi_harness.execute.venv import PROBE_DIR, LogPump, VenvBackend, host_environ, interpreter_environ
 from torch_abi_harness.plan import Cell, Runtime
@@ -69,8 +75,12 @@ class ForkedCell:
 
     kind = ExecutorKind.FORKSERVER
 
-    def __init__(self, reply: socket.socket, pumps: list[LogPump], server: Server) -> None:
+    def __init__(
+        self, reply: socket.socket, pumps: list[LogPump], server: Server, group: cgroups.CellGroup | None
+    ) -> None:
         self.reply = reply
+        self.group = group
+        self._bound: str | None = None
         self.pumps = pumps
         self.server = server
         self.pid: int | None = None
@@ -150,6 +160,12 @@ class ForkedCell:
         self.reply.close()
         for pump in self.pumps:
             pump.finish()
+        if self.group is not None:
+            self._bound = self.group.bound()
+            self.group.remove()
+
+    def bound(self) -> str | None:
+        return self._bound
 
 
 class Server:
@@ -192,13 +208,14 @@ class Server:
         # the run's directory names the server (and the cells it forks, which share its command line)
         argv = [handle.python, "-c", SERVER, str(theirs.fileno()), str(request.out_dir.parents[1]), *backend.preload]
         environ = {**host_environ(Path("/")), **interpreter_environ(request.threads, [PROBE_DIR])}
+        cgroup_holes = backend.groups.prepare() if backend.sandbox.isolated else ()  # its cells join their groups
         if backend.sandbox.isolated:  # importing torch needs a temporary directory: the server's own empty tmpfs
             environ["TMPDIR"] = sandbox.SHM
         log.info("%s: starting its forkserver", label)
         output = tempfile.TemporaryFile()  # kept in the report only if the server says anything
         try:
             proc = processes.REGISTRY.popen(
-                backend.sandbox.wrap(argv, [], keep_capabilities=True),
+                backend.sandbox.wrap(argv, cgroup_holes, keep_capabilities=True),
                 cwd="/",
                 env=environ,
                 pass_fds=(theirs.fileno(),),
@@ -232,12 +249,30 @@ class Server:
     def spawn(self, request: CellRequest, view: CellView, stdout: CappedLog, stderr: CappedLog) -> ForkedCell:
         """Ask for one cell; ServerGone if the server cannot take it."""
         backend = self.backend
+        world, group = backend.world(request, view)
+        try:
+            return self._ask(request, view, (stdout, stderr), world, group)
+        except BaseException:
+            if group is not None:
+                group.remove()
+            raise
+
+    def _ask(
+        self,
+        request: CellRequest,
+        view: CellView,
+        logs: tuple[CappedLog, CappedLog],
+        world: sandbox.World,
+        group: cgroups.CellGroup | None,
+    ) -> ForkedCell:
+        isolated = self.backend.sandbox.isolated
         message = {
             "args": list(view.argv[3:]),  # argv is PYTHON -m pytest ARGS...
             "environ": dict(view.environ),
             "cwd": str(request.out_dir),
             "pythonpath": view.environ["PYTHONPATH"].split(os.pathsep),
-            "mounts": backend.sandbox.holes([request.out_dir]) if backend.sandbox.isolated else None,
+            # the cell's world, made in the server's read-only one: its cgroup hole read-only again once joined
+            "world": world.plan(keep=self.backend.groups.parents) if isolated else None,
         }
         reply, reply_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         out_r, out_w = os.pipe()
@@ -254,8 +289,8 @@ class Server:
             reply_theirs.close()
             os.close(out_w)
             os.close(err_w)
-        pumps = [LogPump(os.fdopen(out_r, "rb"), stdout), LogPump(os.fdopen(err_r, "rb"), stderr)]
-        return ForkedCell(reply, pumps, self)
+        pumps = [LogPump(os.fdopen(out_r, "rb"), logs[0]), LogPump(os.fdopen(err_r, "rb"), logs[1])]
+        return ForkedCell(reply, pumps, self, group)
 
     def kill(self) -> None:
         """End it now, whatever state it is in (SIGKILL reaches a stopped process); its cells die with it."""
@@ -382,3 +417,4 @@ class ForkserverBackend(VenvBackend):
             self._servers = {}
         for server in servers:
             server.stop()
+        super().end_run()

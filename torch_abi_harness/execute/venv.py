@@ -19,10 +19,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
+from torch_abi_harness.config import size_words
 from torch_abi_harness.core import commands, processes
 from torch_abi_harness.core.files import write_atomic
 from torch_abi_harness.core.kinds import Backend, ExecutorKind
-from torch_abi_harness.execute import sandbox
+from torch_abi_harness.execute import cgroups, sandbox
 from torch_abi_harness.execute.api import (
     PRELOAD_TRACE,
     CappedLog,
@@ -153,18 +154,36 @@ def interpreter_environ(threads: int, pythonpath: Sequence[Path]) -> dict[str, s
     }
 
 
+def cell_reads(request: CellRequest, view: CellView) -> tuple[Path, ...]:
+    """What a venv cell must read, from what builds its argv and environment: its interpreter (the env, the base
+    installation pyvenv.cfg names), its tests and pytest configuration (argv), the build's site dir and the probe
+    (PYTHONPATH), the suite's test dependencies, the libraries it preloads."""
+    pythonpath = [Path(p) for p in view.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return tuple([*sandbox.readable_in(view.argv), *pythonpath, *request.site_dirs, *request.preload, request.out_dir])
+
+
 class VenvBackend(Executor):
     name = Backend.VENV
 
     def __init__(self) -> None:
         super().__init__()
         self.sandbox = sandbox.detect()
+        self.groups = cgroups.detect() if self.sandbox.isolated else cgroups.Groups(None, "no sandbox")
+        self._opened: set[Path] = set()  # builds' sites made readable by the cells' uid
         if not self.sandbox.isolated:
             log.warning(
                 "cells run without the sandbox (%s): a cell can write wherever this user can (the envs and builds "
                 "others use are verified after a failing cell) and a process it detaches can outlive it",
                 self.sandbox.reason,
             )
+        for off in self.guarantees_off() if self.sandbox.isolated else ():
+            log.warning("cells run without %s", off)
+
+    def guarantees_off(self) -> list[str]:
+        off = self.sandbox.guarantees_off
+        if self.sandbox.isolated and self.groups.hierarchy is None:
+            off.append(f"memory and process bounds ({self.groups.reason})")
+        return off
 
     def prepare(self, runtimes: Mapping[Runtime, Env | None]) -> dict[Runtime, RuntimeHandle]:
         handles = {}
@@ -172,6 +191,9 @@ class VenvBackend(Executor):
             assert env is not None, "the venv backend runs every runtime from its env"
             handles[runtime] = RuntimeHandle.of_env(runtime, env)
         return handles
+
+    def end_run(self) -> None:
+        self.groups.close()
 
     def view(self, request: CellRequest) -> CellView:
         out = request.out_dir
@@ -187,17 +209,48 @@ class VenvBackend(Executor):
         )
         tests = request.cell.build.extension.tests
         argv = pytest_argv(request.runtime.python, tests, out, cell_config(request, out))
-        where = (
-            f"# in the harness sandbox: every mount read-only; writable only {out} and a private {sandbox.SHM}"
-            + "".join(f"; hidden (the host's CUDA toolkit) {path}" for path in sandbox.host_cuda_dirs())
-            if self.sandbox.isolated
-            else f"# without the sandbox: {self.sandbox.reason}"
-        )
-        command = commands.shell_line(argv, environ, out) + "\n" + where
+        command = commands.shell_line(argv, environ, out) + "\n" + self.where(request)
         return CellView(tuple(argv), environ, request.site, out / "junit.xml", out / "probe.json", command)
 
+    def where(self, request: CellRequest) -> str:
+        """command.txt's note on the cell's isolation, point by point."""
+        if not self.sandbox.isolated:
+            return f"# without the sandbox: {self.sandbox.reason}"
+        uid = sandbox.cell_uid()
+        limits, hierarchy = request.limits, self.groups.hierarchy
+        bounds = (
+            f"memory {size_words(limits.memory)}, {limits.pids} processes (cgroup v{hierarchy.version})"
+            if hierarchy is not None
+            else f"none ({self.groups.reason})"
+        )
+        return (
+            f"# in the harness sandbox: every mount read-only; writable only {request.out_dir} and a private "
+            f"{sandbox.SHM}"
+            + "".join(f"; hidden (the host's CUDA toolkit) {p}" for p in sandbox.host_cuda_dirs())
+            + f"\n# own PID namespace and /proc, network (loopback only), IPC and UTS; a minimal /dev; no core dumps;"
+            f" uid {uid if uid is not None else 'of the harness (no root here)'}; no capabilities; bounds: {bounds}"
+        )
+
+    def world(self, request: CellRequest, view: CellView) -> tuple[sandbox.World, cgroups.CellGroup | None]:
+        """The cell's world and its cgroup (made now, with its limits): what both executors give a cell."""
+        group = None
+        if self.sandbox.isolated:
+            try:
+                group = self.groups.make(request.cell.id, request.limits)
+            except OSError as exc:  # the hierarchy went away under the run: this cell runs unbounded, said
+                log.warning("%s: runs without memory and process bounds: %s", request.cell.id, exc)
+        world = sandbox.World(
+            (request.out_dir,), cell_reads(request, view), group.procs if group else (), request.out_dir
+        )
+        sandbox.hand_over([request.out_dir], world.uid)
+        if world.uid is not None and request.site not in self._opened:
+            sandbox.readable_by_all(request.site)
+            self._opened.add(request.site)
+        return world, group
+
     def start(self, request: CellRequest, view: CellView, stdout: CappedLog, stderr: CappedLog) -> Launched:
-        return Process.start(view.argv, view.environ, request.out_dir, stdout, stderr, self.sandbox)
+        world, group = self.world(request, view)
+        return Process.start(view.argv, view.environ, (stdout, stderr), self.sandbox, world, group)
 
 
 class Process:
@@ -206,32 +259,44 @@ class Process:
 
     kind = ExecutorKind.FRESH
 
-    def __init__(self, proc: subprocess.Popen[bytes], pumps: list[LogPump], box: sandbox.Sandbox) -> None:
+    def __init__(
+        self, proc: subprocess.Popen[bytes], pumps: list[LogPump], box: sandbox.Sandbox, group: cgroups.CellGroup | None
+    ) -> None:
         self.proc = proc
         self.pumps = pumps
         self.box = box
+        self.group = group
+        self._bound: str | None = None
 
     @classmethod
     def start(
         cls,
         argv: Sequence[str],
         environ: Mapping[str, str],
-        cwd: Path,
-        stdout: CappedLog,
-        stderr: CappedLog,
+        logs: tuple[CappedLog, CappedLog],
         box: sandbox.Sandbox,
+        world: sandbox.World,
+        group: cgroups.CellGroup | None = None,
     ) -> Process:
+        """Start argv in world (its working directory the world's, writable); group: the cell's cgroup, removed
+        when the process is closed."""
+        cwd = world.cwd or Path("/")
         log.debug("$ %s", commands.shell_line(list(argv), dict(environ), cwd))
-        proc = processes.REGISTRY.popen(
-            box.wrap(argv, [cwd]),
-            cwd=cwd,
-            env=dict(environ),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
-        )
+        try:
+            proc = processes.REGISTRY.popen(
+                box.wrap(argv, world.writable, world=world),
+                cwd=cwd,
+                env=dict(environ),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                stdin=subprocess.DEVNULL,
+            )
+        except BaseException:
+            if group is not None:
+                group.remove()
+            raise
         assert proc.stdout is not None and proc.stderr is not None
-        return cls(proc, [LogPump(proc.stdout, stdout), LogPump(proc.stderr, stderr)], box)
+        return cls(proc, [LogPump(proc.stdout, logs[0]), LogPump(proc.stderr, logs[1])], box, group)
 
     def wait(self, timeout: float | None) -> int | None:
         try:
@@ -254,6 +319,12 @@ class Process:
         self.proc.wait()
         for pump in self.pumps:
             pump.finish()
+        if self.group is not None:
+            self._bound = self.group.bound()
+            self.group.remove()
+
+    def bound(self) -> str | None:
+        return self._bound
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,7 +349,8 @@ def run_process(
     stdout, stderr = CappedLog(out / "stdout.log"), CappedLog(out / "stderr.log")
     started = time.monotonic()
     try:
-        process = Process.start(argv, environ, out, stdout, stderr, box)
+        world = sandbox.World((out,), tuple(sandbox.readable_in(argv)), cwd=out)
+        process = Process.start(argv, environ, (stdout, stderr), box, world)
         try:
             code, timed_out = supervise(process, timeout)
         finally:

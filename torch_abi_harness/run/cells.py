@@ -108,6 +108,7 @@ class CellRunner:
             self.threads,
             (overlay.site,) if overlay is not None and overlay.site is not None else (),
             preload,
+            self.plan.matrix.limits,
         )
 
     def execute(self, request: CellRequest) -> tuple[CellExecution, CellOutcome]:

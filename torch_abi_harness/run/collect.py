@@ -318,6 +318,12 @@ def decided(seen: Seen) -> Found | None:
     return Found(*seen.execution.decided) if seen.execution.decided else None
 
 
+def bound_reached(seen: Seen) -> Found | None:
+    """The cell reached a bound of the harness's (its memory, its process count): the harness ended it, so it
+    says nothing about the extension's compatibility."""
+    return Found(Status.ERROR, seen.execution.bound) if seen.execution.bound else None
+
+
 def free_bytes(path: Path) -> int | None:
     """Free space on the file system holding path (statvfs), for an unprivileged writer; None if unknown."""
     try:
@@ -508,6 +514,7 @@ def pytest_exit(seen: Seen) -> Found:
 # classify's rules, tried in this order: the first that answers decides the cell; pytest_exit answers every cell.
 RULES: tuple[Rule, ...] = (
     decided,
+    bound_reached,
     disk_full,
     timed_out,
     crashed,

@@ -114,6 +114,8 @@ def execute_plan(plan: Plan, options: ExecuteOptions, hooks: RunHooks, *, html: 
     choice = BackendChoice(options.docker_route, options.keep_containers, executor)
     backend = make_backend(options.backend, plan.matrix, cache_dir, choice)
     how = f"{executor} processes" if options.backend is Backend.VENV else "one container per cell"
+    off = backend.guarantees_off()
+    how += f"; cells without {'; '.join(off)}" if off else ""
     shard = f", shard {plan.shard} of {len(plan.unsharded or ())}" if plan.shard else ""
     hooks.starting(plan, f"(backend {options.backend}, {how}, {options.jobs} at a time{shard})")
     pipeline = Pipeline(plan, run_options, hooks.observer(), backend, html=html)

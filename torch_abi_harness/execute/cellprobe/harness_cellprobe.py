@@ -52,8 +52,8 @@ def _write() -> None:
 
 
 def _host_pid() -> int:
-    """This process's pid as the harness's host sees it: in the harness sandbox's PID namespace
-    os.getpid() is a small local number, while /proc (the host's) lists every level in NSpid."""
+    """This process's pid at the outermost level its /proc shows (NSpid's first): the host's where the cell sees
+    the host's /proc (no sandbox); in the sandbox, whose /proc is the cell's own PID namespace's, its pid there."""
     try:
         with open("/proc/self/status") as status:
             for line in status:

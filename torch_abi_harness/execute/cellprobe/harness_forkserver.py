@@ -9,18 +9,17 @@ The child writes ``{"pid": HOST_PID}`` on the reply socket as soon as it leads i
 ended (CODE as subprocess gives it: negative for a signal) and closes the reply socket. End of
 file on the control socket ends the server and every cell it still has.
 
-A cell in the sandbox (the request's ``mounts``) gets what a fresh sandboxed cell gets from
-``torch_abi_harness.execute.sandbox``: new mount and PID namespaces, a copy of the server's world where every
-mount is read-only already, then its holes: the cell's own directory bound writable and an empty
-tmpfs of its own on /dev/shm; every capability dropped; pytest runs as the child of a small
-init (PID 1 of the new namespace) whose exit ends whatever the cell left behind, and a death by
-signal N is reported as exit 128+N, as the fresh sandbox's init reports it.
+A cell in the sandbox (the request's ``world``, the plan `harness_cellworld` makes) gets what a fresh sandboxed
+cell gets: new mount, PID, network, IPC and UTS namespaces, a copy of the server's world where every mount is
+read-only already, its own /proc, a minimal /dev, its holes (its own directory bound writable, an empty tmpfs
+of its own on /dev/shm), its cgroup, the unprivileged uid, no core dumps, every capability dropped; pytest
+runs as the child of a small init (PID 1 of the new namespace) whose exit ends whatever the cell left behind,
+and a death by signal N is reported as exit 128+N, as the fresh sandbox's init reports it.
 """
 
 from __future__ import annotations
 
 import atexit
-import ctypes
 import faulthandler
 import importlib
 import json
@@ -34,73 +33,10 @@ import threading
 import traceback
 from typing import Any
 
-SETUP_FAILED = 125  # the same code the fresh sandbox's init uses when it cannot make the mounts
+import harness_cellworld
 
-CLONE_NEWNS = 0x00020000
-CLONE_NEWPID = 0x20000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
-MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
-MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 1024, 2048, 1 << 21
-ST_TO_MS = {
-    os.ST_NOSUID: MS_NOSUID,
-    os.ST_NODEV: MS_NODEV,
-    os.ST_NOEXEC: MS_NOEXEC,
-    os.ST_NOATIME: MS_NOATIME,
-    os.ST_NODIRATIME: MS_NODIRATIME,
-    os.ST_RELATIME: MS_RELATIME,
-}
-PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 1, 24, 38, 47
-PR_CAP_AMBIENT_CLEAR_ALL = 4
-LINUX_CAPABILITY_VERSION_3 = 0x20080522
-SYS_CAPSET = 126  # x86_64
-
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _check(result: int, what: str) -> None:
-    if result != 0:
-        errno = ctypes.get_errno()
-        raise OSError(errno, f"{what}: {os.strerror(errno)}")
-
-
-def _prctl(option: int, arg: int = 0) -> int:
-    zero = ctypes.c_ulong(0)
-    return int(_libc.prctl(ctypes.c_int(option), ctypes.c_ulong(arg), zero, zero, zero))
-
-
-def _mount(source: str | None, target: str, flags: int, fstype: str | None = None, data: str | None = None) -> None:
-    src = source.encode() if source is not None else None
-    kind = fstype.encode() if fstype is not None else None
-    options = data.encode() if data is not None else None
-    _check(_libc.mount(src, target.encode(), kind, ctypes.c_ulong(flags), options), f"mount {target}")
-
-
-def _bind(path: str, mode: str) -> None:
-    """Bind path onto itself read-only or writable, keeping the flags a user namespace locks; hide it
-    under an empty read-only tmpfs (mode `hide`); or mount an empty tmpfs of the cell's own there (mode
-    `shm`), as the fresh sandbox's init does."""
-    if mode == "hide":
-        _mount("harness-hidden", path, MS_RDONLY, "tmpfs", "size=4k,mode=555")
-        return
-    if mode == "shm":
-        _mount("harness-shm", path, MS_NOSUID | MS_NODEV, "tmpfs", "mode=1777")
-        return
-    _mount(path, path, MS_BIND)
-    kept = os.statvfs(path).f_flag
-    flags = MS_REMOUNT | MS_BIND | sum(ms for st, ms in ST_TO_MS.items() if kept & st)
-    _mount(None, path, flags | (MS_RDONLY if mode == "ro" else 0))
-
-
-def _drop_capabilities() -> None:
-    """What `setpriv --bounding-set=-all --inh-caps=-all --no-new-privs` leaves an exec'd root with: nothing."""
-    _check(_prctl(PR_SET_NO_NEW_PRIVS, 1), "no_new_privs")
-    for cap in range(64):
-        if _prctl(PR_CAPBSET_DROP, cap) != 0:
-            break  # past the kernel's last capability
-    _prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
-    header = (ctypes.c_uint32 * 2)(LINUX_CAPABILITY_VERSION_3, 0)
-    data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable, twice (64 bits): all empty
-    _check(_libc.syscall(SYS_CAPSET, header, data), "capset")
+SETUP_FAILED = harness_cellworld.SETUP_FAILED  # the fresh sandbox's init uses it when it cannot make the mounts
+PR_SET_PDEATHSIG = harness_cellworld.PR_SET_PDEATHSIG
 
 
 def _host_pid() -> int:
@@ -110,12 +46,6 @@ def _host_pid() -> int:
             if line.startswith("NSpid:"):
                 return int(line.split()[1])
     return os.getpid()
-
-
-def _as_init_status(status: int) -> int:
-    """A wait status as an exit code, death by signal N as 128+N: what an init that cannot re-raise reports."""
-    code = os.waitstatus_to_exitcode(status)
-    return code if code >= 0 else 128 - code
 
 
 def _run_pytest(request: dict[str, Any]) -> int:
@@ -166,7 +96,7 @@ def _cell(request: dict[str, Any], reply: int, stdout: int, stderr: int) -> None
     code = SETUP_FAILED
     try:
         os.setsid()
-        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the server's death ends the cell
+        harness_cellworld.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the server's death ends the cell
         for signum in (signal.SIGCHLD, signal.SIGTERM):
             signal.signal(signum, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)  # SIGPIPE stays ignored, as Python starts
@@ -179,11 +109,11 @@ def _cell(request: dict[str, Any], reply: int, stdout: int, stderr: int) -> None
             os.close(fd)
         os.write(reply, json.dumps({"pid": _host_pid()}).encode() + b"\n")
         os.close(reply)
-        mounts = request.get("mounts")
-        if mounts is None:
+        world = request.get("world")
+        if world is None:
             code = _run_pytest(request)
         else:
-            code = _sandboxed(request, mounts)
+            code = _sandboxed(request, world)
     except BaseException:
         traceback.print_exc()
     finally:
@@ -194,23 +124,30 @@ def _cell(request: dict[str, Any], reply: int, stdout: int, stderr: int) -> None
             os._exit(code)
 
 
-def _sandboxed(request: dict[str, Any], mounts: list[list[str]]) -> int:
-    """New mount and PID namespaces: the binds here, then an init (PID 1) that runs pytest as its child."""
-    _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWPID), "unshare")
-    _mount(None, "/", MS_REC | MS_PRIVATE)
-    for mode, path in mounts:
-        _bind(path, mode)
+def _sandboxed(request: dict[str, Any], world: dict[str, Any]) -> int:
+    """The cell's own namespaces (mount, PID, network, IPC, UTS), then an init that runs pytest as its child.
+
+    A process that unshares CLONE_NEWPID stays in its old PID namespace; only its next child is PID 1 of the new
+    one, and only from there does a procfs mounted on /proc show the new namespace alone. So this process (the one
+    whose host pid the harness holds, the leader of the cell's process group) forks the init, which makes the
+    cell's world (`harness_cellworld.enter`: its /proc first) and forks pytest, dropped to the cell's uid. The
+    harness times, kills and reaps through the host pid of this process: a kill of its process group reaches the
+    init and pytest, which stay in the group through the fork, and the init's end ends every process of the
+    namespace, a test's `setsid` child included."""
+    harness_cellworld.unshare_cell()
     init = os.fork()
     if init:
-        return _as_init_status(os.waitpid(init, 0)[1])
-    # PID 1 of the cell's namespace: run pytest as a child, reap everything, exit with pytest's status
+        return harness_cellworld.as_init_status(os.waitpid(init, 0)[1])
+    # PID 1 of the cell's namespace: its world, then pytest as a child; reap everything, exit with pytest's status
     status = SETUP_FAILED
     try:
+        harness_cellworld.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        harness_cellworld.enter(world)
         pytest_pid = os.fork()
         if pytest_pid == 0:
             code = SETUP_FAILED
             try:
-                _drop_capabilities()
+                harness_cellworld.drop(world)
                 code = _run_pytest(request)
             except BaseException:
                 traceback.print_exc()
@@ -218,11 +155,9 @@ def _sandboxed(request: dict[str, Any], mounts: list[list[str]]) -> int:
                 sys.stdout.flush()
                 sys.stderr.flush()
                 os._exit(code)
-        while True:
-            pid, raw = os.wait()
-            if pid == pytest_pid:
-                status = _as_init_status(raw)  # PID 1 cannot re-raise a signal
-                break
+        status = harness_cellworld.reap_until(pytest_pid)
+    except BaseException:
+        traceback.print_exc()
     finally:
         os._exit(status)
 

@@ -32,6 +32,7 @@ from torch_abi_harness.core.kinds import Backend, Device, ExecutorKind
 from torch_abi_harness.core.status import Status
 from torch_abi_harness.core.versions import release_of
 from torch_abi_harness.execute.api import CappedLog, CellDecided, CellRequest, CellView, Executor, RuntimeHandle
+from torch_abi_harness.execute.cgroups import memory_bound
 from torch_abi_harness.execute.container import images
 from torch_abi_harness.execute.container.engine import LABEL, Engine, EngineError
 from torch_abi_harness.execute.container.run_line import docker_run_line
@@ -191,6 +192,7 @@ class ContainerCell:
         self.owner = owner
         self.keep = keep
         self.cell_id = cell_id
+        self._bound: str | None = None
 
     def wait(self, timeout: float | None) -> int | None:
         try:
@@ -217,9 +219,15 @@ class ContainerCell:
                     stderr.write(chunk)
                 self.container.reload()
                 if self.container.attrs["State"].get("OOMKilled"):
-                    stderr.write(f"\nharness: the kernel's OOM killer ended the cell (limit {self.memory})\n".encode())
+                    self._bound = memory_bound(self.memory)
+                    stderr.write(f"\nharness: {self._bound}\n".encode())
         finally:
             self.dispose()
+
+    def bound(self) -> str | None:
+        """The container's memory bound, where the engine says the kernel's OOM killer ended it (State.OOMKilled);
+        its process bound shows as a failed fork inside, which the engine does not record."""
+        return self._bound
 
     def dispose(self) -> None:
         _dispose(self.container, self.cell_id, keep=self.keep)
