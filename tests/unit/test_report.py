@@ -127,7 +127,9 @@ def test_junit_has_one_testcase_per_cell(tmp_path: Path) -> None:
 
 def test_junits_root_says_when_where_how_long_and_which_plan(tmp_path: Path) -> None:
     """What dorny/test-reporter and Jenkins read from the root: without `time` they show NaN durations."""
-    run = dataclasses.replace(run_of(KEPT, BROKEN), started="2026-11-28T02:00:00+00:00", finished="2026-11-28T02:03:30+00:00")
+    run = dataclasses.replace(
+        run_of(KEPT, BROKEN), started="2026-11-28T02:00:00+00:00", finished="2026-11-28T02:03:30+00:00"
+    )
     root = ET.parse(write_report(run, tmp_path)["junit"]).getroot()
     assert root.get("time") == "210.000"
     assert root.get("timestamp") == "2026-11-28T02:00:00"

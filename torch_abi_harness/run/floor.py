@@ -41,8 +41,9 @@ class Floor:
         ratio = self.ratio
         said = f"{ratio:.2f}x the floor" if ratio is not None else "no floor (no cell ran tests)"
         return (
-            f"wall {self.wall_s:.1f} s, floor {self.floor_s:.1f} s ({self.cells} cells: load + tests {self.work_s:.1f} s, "
-            f"import torch {self.imports_s:.1f} s, over {self.workers} worker(s)): {said}"
+            f"wall {self.wall_s:.1f} s, floor {self.floor_s:.1f} s ({self.cells} cells: "
+            f"load + tests {self.work_s:.1f} s, import torch {self.imports_s:.1f} s, "
+            f"over {self.workers} worker(s)): {said}"
         )
 
 
