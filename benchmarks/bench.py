@@ -21,7 +21,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from torch_abi_harness.execute import sandbox
 from torch_abi_harness.plan import Plan, make_plan
 from torch_abi_harness.provision.envs import Env, EnvManager, EnvSpec, default_cache_dir
 from torch_abi_harness.provision.sources import ResolvedSources, resolve_sources, uv_binary
+from torch_abi_harness.run.floor import own_test_seconds
 from torch_abi_harness.run.prepare import env_spec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -77,14 +77,9 @@ def run_matrix(matrix: Path, *more: str) -> tuple[float, list[dict]]:  # type: i
         cells = json.loads((run_dir / "results.json").read_text())["cells"]
         for cell in cells:
             cell["own_test_seconds"] = (
-                testcase_seconds(run_dir / cell["logs"]["junit"]) if "junit" in cell["logs"] else 0
+                own_test_seconds(run_dir / cell["logs"]["junit"]) if "junit" in cell["logs"] else 0
             )
     return wall, cells
-
-
-def testcase_seconds(junit: Path) -> float:
-    """The tests' own time: their testcases' times (setup, call, teardown), not collection or start-up."""
-    return sum(float(case.get("time") or 0) for case in ET.parse(junit).getroot().iter("testcase"))
 
 
 def per_cell_split(cells: list[dict]) -> None:  # type: ignore[type-arg]

@@ -20,7 +20,15 @@ from torch_abi_harness.cli.args import (
 )
 from torch_abi_harness.cli.console import console, emit_json, notes
 from torch_abi_harness.cli.reports import against_baseline
-from torch_abi_harness.cli.run_output import ConsoleObserver, annotate, finish, print_grid, print_plan, print_preamble
+from torch_abi_harness.cli.run_output import (
+    ConsoleObserver,
+    annotate,
+    finish,
+    print_floor,
+    print_grid,
+    print_plan,
+    print_preamble,
+)
 from torch_abi_harness.config import DEFAULT_MATRIX, Matrix
 from torch_abi_harness.core.errors import BadInputError, ExitCode
 from torch_abi_harness.core.files import writable_dir
@@ -356,9 +364,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.rerun_failed is not None and not plan.cells:  # pytest --lf would run everything; this runs nothing
         return int(ExitCode.OK)
     baseline = load_run(args.baseline) if args.baseline else None  # a bad baseline fails before any work
-    run, run_dir, _, _ = execute(args, plan)
+    executed = execute(args, plan)
+    run, run_dir = executed.run, executed.run_dir
     if baseline is not None:
         against_baseline(baseline, run, run_dir)
+    print_floor(run, run_dir, executed.imports, args.jobs)
     code = finish(run, run_dir)
     if args.json:
         emit_json(run.to_json())

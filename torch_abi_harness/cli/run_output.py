@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import collections
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 
 from rich.markup import escape
@@ -21,6 +22,7 @@ from torch_abi_harness.render.text import VERDICT_SYMBOL, expected_failure_class
 from torch_abi_harness.results.diff import RunDiff
 from torch_abi_harness.results.known_breaks import State, outcomes
 from torch_abi_harness.results.model import CellResult, RunResult
+from torch_abi_harness.run.floor import floor_of
 from torch_abi_harness.verdict import Verdict, promise
 
 VERDICT_STYLE = {
@@ -214,6 +216,18 @@ def print_diff(result: RunDiff) -> None:
             console.print(
                 f"   {title}: {escape(change.id)}: {change.before} -> {change.after}: {escape(change.reason)}"
             )
+
+
+def print_floor(run: RunResult, run_dir: Path, imports: Mapping[str, float], jobs: int) -> None:
+    """One line: the run's wall time against its floor from its own cells (run/floor.py), so a run that grows
+    slower than its cells shows at once."""
+    try:
+        wall = (datetime.fromisoformat(run.finished) - datetime.fromisoformat(run.started)).total_seconds()
+    except ValueError:
+        return
+    floor = floor_of(run.cells, run_dir, imports, min(jobs, max(1, len(run.cells))), wall)
+    if floor.cells:
+        console.print(f"time: {escape(floor.text())}")
 
 
 def finish(run: RunResult, run_dir: Path) -> int:

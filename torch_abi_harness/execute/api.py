@@ -227,6 +227,11 @@ class Executor(abc.ABC):
         """What this host cannot give the backend's cells, in words, for the run's first line (empty: all)."""
         return []
 
+    def warmups(self) -> dict[str, float]:
+        """Seconds a runtime's one-off start (importing torch once, for the cells it then forks) took, by runtime
+        id: what the run's floor counts as that runtime's `import torch`. Empty where cells start fresh."""
+        return {}
+
     def end_run(self) -> None:  # noqa: B027  (most backends hold nothing across cells)
         """Every cell of the run has ended: release what the backend held for them."""
 

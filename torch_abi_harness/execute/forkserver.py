@@ -337,6 +337,7 @@ class ForkserverBackend(VenvBackend):
         self._starting: dict[Runtime, threading.Lock] = {}
         self._remaining: dict[Runtime, int] = {}
         self._guard = threading.Lock()
+        self._warmups: dict[str, float] = {}  # runtime id -> seconds its server took to start (import torch once)
 
     def begin_run(self, cells: Sequence[Cell] = ()) -> None:
         super().begin_run(cells)
@@ -353,11 +354,17 @@ class ForkserverBackend(VenvBackend):
             if runtime not in self._servers:
                 log_path = request.out_dir.parents[1] / "forkservers" / f"{runtime.id}.log"
                 try:
+                    started = time.monotonic()
                     self._servers[runtime] = Server.start(request, self, log_path)
+                    self._warmups[runtime.id] = time.monotonic() - started
                 except ServerGone as exc:
                     log.warning("%s; its cells run in fresh processes", exc)
                     self._servers[runtime] = None
             return self._servers[runtime]
+
+    def warmups(self) -> dict[str, float]:
+        with self._guard:
+            return dict(self._warmups)
 
     def view(self, request: CellRequest) -> CellView:
         view = super().view(request)

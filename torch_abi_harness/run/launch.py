@@ -19,6 +19,7 @@ from torch_abi_harness.plan import Plan
 from torch_abi_harness.provision.envs import cache_dir_of
 from torch_abi_harness.results.model import ReportError, RunResult
 from torch_abi_harness.run.cells import RunOptions
+from torch_abi_harness.run.floor import imports_measured
 from torch_abi_harness.run.pipeline import BackendChoice, Pipeline, make_backend
 from torch_abi_harness.run.prepare import Observer
 from torch_abi_harness.static.op_calls import OpCall
@@ -78,6 +79,7 @@ class Executed(NamedTuple):
     run_dir: Path
     op_calls: dict[str, frozenset[OpCall]]  # per extension: the ops its builds call by name
     build_seconds: dict[str, float]  # per extension: the time its builds took (0 when cached)
+    imports: dict[str, float]  # per runtime id: one `import torch` as the run measured it (the floor's part)
 
 
 class RunHooks(Protocol):
@@ -125,4 +127,5 @@ def execute_plan(plan: Plan, options: ExecuteOptions, hooks: RunHooks, *, html: 
         hooks.ended(exc.run, written=False)
         raise
     hooks.ended(run, written=True)
-    return Executed(run, run_dir, pipeline.op_calls, pipeline.build_seconds)
+    imports = {**imports_measured(run.cells), **backend.warmups()}
+    return Executed(run, run_dir, pipeline.op_calls, pipeline.build_seconds, imports)
