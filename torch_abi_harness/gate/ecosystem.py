@@ -179,7 +179,7 @@ class Ecosystem:
         )
 
     def markdown(self) -> list[str]:
-        lines = [f"## Published wheels ({self.previous} -> {self.candidate})", "", md_text(self.evidence()), ""]
+        lines = [f"## Published wheels ({self.previous} -> {self.candidate})", ""]
         stated = self.stated()
         if stated:
             lines += [f"**{md_text(stated[0])}**", "", *(f"- {md_text(item)}" for item in stated[1:]), ""]
