@@ -8,6 +8,7 @@ against 2.10.0 (CUDA 12), each loaded by the derived suite in both releases' run
 - eco_cuda: a module linked against libcudart.so.12, which 2.10.0's default build ships and 2.11.0's does not:
   lost to the default build's switch to CUDA 13, stated, not a reason;
 - eco_host: a module needing a library no runtime has: loads on neither, never counted against the candidate.
+The census of the gate's run states eco_removed's declared torch>=2.9 against what the run measured.
 """
 
 import json
@@ -49,10 +50,10 @@ def stub(build: Path, soname: str) -> None:
     )
 
 
-def wheel(links: Path, project: str, modules: dict[str, bytes]) -> None:
+def wheel(links: Path, project: str, modules: dict[str, bytes], requires: str = "") -> None:
     info = f"{project}-1.0.dist-info"
     files = {f"{project}/__init__.py": b"", **{f"{project}/{n}.abi3.so": data for n, data in modules.items()}}
-    files[f"{info}/METADATA"] = f"Metadata-Version: 2.1\nName: {project}\nVersion: 1.0\n".encode()
+    files[f"{info}/METADATA"] = f"Metadata-Version: 2.1\nName: {project}\nVersion: 1.0\n{requires}".encode()
     files[f"{info}/WHEEL"] = WHEEL
     records = [record_line(name, data) for name, data in files.items()] + [f"{info}/RECORD,,"]
     with zipfile.ZipFile(links / f"{project}-1.0-cp39-abi3-linux_x86_64.whl", "w") as archive:
@@ -67,7 +68,8 @@ def test_a_removed_export_is_no_go_a_cuda_switch_is_stated_and_a_host_library_is
         folder.mkdir()
     stub(build, "libcudart.so.12")
     stub(build, "libeco_host.so.1")
-    wheel(links, "eco_removed", {"_kept": link(build, "kept", SHIM), "_gone": link(build, "gone", USES_GONE)})
+    removed = {"_kept": link(build, "kept", SHIM), "_gone": link(build, "gone", USES_GONE)}
+    wheel(links, "eco_removed", removed, requires="Requires-Dist: torch>=2.9\n")
     wheel(links, "eco_cuda", {"_cuda": link(build, "cuda", SHIM, "-l:libcudart.so.12")})
     wheel(links, "eco_host", {"_host": link(build, "host", SHIM, "-l:libeco_host.so.1")})
     (tmp_path / "census.yaml").write_text(
@@ -89,7 +91,7 @@ def test_a_removed_export_is_no_go_a_cuda_switch_is_stated_and_a_host_library_is
         "1 module(s) of published wheels that loaded on 2.10.0 fail on the candidate: it lacks symbols they import"
     ]
     assert wheels[0]["evidence"] == [
-        f"eco_removed 1.0: _gone.abi3.so: the candidate lacks {GONE}, which it imports (broken)"
+        f"eco_removed 1.0: _gone.abi3.so: the candidate lacks {GONE}, which it imports (torch-abi)"
     ]
     assert not any("broken promise" in r["title"] for r in gate["reasons"])  # the cell is judged once, above
     ecosystem = gate["ecosystem"]
@@ -108,3 +110,9 @@ def test_a_removed_export_is_no_go_a_cuda_switch_is_stated_and_a_host_library_is
     assert "## Published wheels (2.10.0 -> 2.11.0)" in text
     stated = "1 module(s) of published wheels lost to the default build's switch to CUDA 13 (from CUDA 12 on 2.10.0)"
     assert stated in text and stated in " ".join(done.stdout.split())  # on the console too
+    # its metadata against its binary: `check` cannot tell from its imports (the symbol is no stable shim), the run
+    # measured it, and the census of the gate's run says so
+    census = harness("census", run_dir, cwd=tmp_path)
+    assert census.returncode == 0, census.stdout
+    measured = "it declares torch>=2.9; measured here, a module misses a torch symbol on 2.11.0: it admits"
+    assert measured in " ".join(census.stdout.split())
