@@ -2,7 +2,6 @@
 torch requirement admits releases on which a module of it missed a torch symbol, the census page says so, beside
 what `check` predicts from its imports (static/build_torch.py's declared_beyond)."""
 
-
 from tests.unit.test_published_wheels import cell, census_run
 from torch_abi_harness.core.status import Condition
 from torch_abi_harness.results.cases import ModuleLoad, PublishedBuild
