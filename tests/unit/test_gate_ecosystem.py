@@ -176,6 +176,21 @@ def test_a_module_that_loads_only_on_the_candidate_is_gained_and_a_cpu_build_is_
     assert compare(dataclasses.replace(run, published=()), Version("2.11.0"), Version("2.10.0")) is None
 
 
+def test_a_cpython_the_previous_release_does_not_run_is_not_compared() -> None:
+    """census.yaml runs 2.15.0 on CPython 3.13 and 2.14.1 not: a module there is neither gained nor lost."""
+    three13 = dataclasses.replace(on(CANDIDATE, Verdict.KEPT, loaded("n/_n.so")), runtime_python="3.13")
+    new = package(
+        "eco_new", on(PREVIOUS, Verdict.KEPT, loaded("n/_n.so")), on(CANDIDATE, Verdict.KEPT, loaded("n/_n.so"))
+    )
+    cells = (*new[1], dataclasses.replace(three13, id="x~r2.11.0-py3.13", build_id=new[0].build))
+    run = dataclasses.replace(census_run(new[1], new[0]), cells=cells)
+    ecosystem = compare(run, Version("2.11.0"), Version("2.10.0"))
+    assert ecosystem is not None
+    (change,) = ecosystem.packages
+    assert (change.kept, change.gained, change.unpaired) == (("_n.so (py3.11)",), (), ("3.13",))
+    assert "- not compared on py3.13: the previous release has no runtime of that CPython" in change.markdown()
+
+
 def test_the_default_build_is_read_from_the_runtime_s_local_label() -> None:
     assert [default_build(t) for t in ("2.10.0+cu128", "2.15.0+cu132", "2.13.0+cpu", "2.16.0")] == [
         "CUDA 12",

@@ -91,6 +91,7 @@ class PackageChange:
     lost: tuple[Lost, ...]
     gained: tuple[str, ...]
     neither: tuple[Lost, ...]
+    unpaired: tuple[str, ...] = ()  # the candidate's CPythons with no runtime of the previous release: not compared
 
     def markdown(self) -> list[str]:
         """Its lines in gate.md, every name and loader text escaped (core.text: they come from a wheel)."""
@@ -100,6 +101,9 @@ class PackageChange:
         if self.gained:
             lines.append(f"- gained: {md_text(', '.join(self.gained))}")
         lines += [f"- loads on neither: {md_text(item.line())}" for item in self.neither]
+        if self.unpaired:
+            shown = ", ".join(f"py{p}" for p in self.unpaired)
+            lines.append(f"- not compared on {md_text(shown)}: the previous release has no runtime of that CPython")
         return [*lines, ""]
 
     def to_json(self) -> dict[str, Any]:
@@ -109,6 +113,7 @@ class PackageChange:
             "lost": [item.to_json() for item in self.lost],
             "gained": list(self.gained),
             "neither": [item.to_json() for item in self.neither],
+            "unpaired": list(self.unpaired),
         }
 
 
@@ -244,23 +249,27 @@ def cause_of(row: RuntimeRow, module: str) -> tuple[Cause, str, str]:
 
 def package_change(package: PackageCensus, candidate: Version, previous: Version) -> PackageChange:
     """Each module of the package on the candidate against the previous release, runtime by runtime of the same
-    CPython (a module is named with its CPython where the release has a file per CPython)."""
+    CPython (a module is named with its CPython where the candidate runs it on several); a CPython the previous
+    release has no runtime of is not compared (census.yaml runs 2.15.0 on 3.13 and 2.14.1 not)."""
     before, after = _rows(package, previous), _rows(package, candidate)
     kept: list[str] = []
     gained: list[str] = []
     lost: list[Lost] = []
     neither: list[Lost] = []
+    unpaired = [str(python) for python in after if python not in before]
     for python, row in after.items():
         old = before.get(python)
+        if old is None:  # nothing to compare with: a module loading there is not gained, one failing not lost
+            continue
         for module in package.modules:
             name = module if len(after) == 1 else f"{module} (py{python})"
-            was, now = old is not None and module in old.proven, module in row.proven
+            was, now = module in old.proven, module in row.proven
             if now:
                 (kept if was else gained).append(name)
                 continue
             cause, condition, detail = cause_of(row, module)
             (lost if was else neither).append(Lost(name, cause, condition, detail))
-    return PackageChange(package.label, tuple(kept), tuple(lost), tuple(gained), tuple(neither))
+    return PackageChange(package.label, tuple(kept), tuple(lost), tuple(gained), tuple(neither), tuple(unpaired))
 
 
 def compare(run: RunResult, candidate: Version, previous: Version) -> Ecosystem | None:
