@@ -1,6 +1,6 @@
 """The release gate: GO or NO-GO for a torch release candidate, each reason with its evidence.
 
-Five sources of evidence, combined:
+Six sources of evidence, combined:
 
 1. `abi-diff` of the previous release against the candidate (its wheel, or the manifest's release):
    a removed stable export or a changed signature breaks every binary that uses it.
@@ -14,6 +14,9 @@ Five sources of evidence, combined:
    (built from those headers, run on each older release), which name the symbols the headers lied about.
 5. Its op schemas against the previous release's: a removed or incompatibly changed op that an extension
    of the matrix calls by name; the other breaking changes are listed as at risk, by namespace.
+6. Its published wheels (torch_abi_harness.gate.ecosystem): a module that loaded on the previous release and not
+   on the candidate, lost to a removed export (a reason), to the default build's switch of CUDA (stated), or to
+   the host (never counted); those cells are judged there alone.
 
 NO-GO when any reason stands (exit 1); GO when none does and every cell reached a verdict (exit 0);
 UNDECIDED when no reason stands but some cell errored or the run was interrupted (exit 3): the
