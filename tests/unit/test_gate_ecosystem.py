@@ -191,6 +191,29 @@ def test_a_cpython_the_previous_release_does_not_run_is_not_compared() -> None:
     assert "- not compared on py3.13: the previous release has no runtime of that CPython" in change.markdown()
 
 
+def test_a_module_that_loads_on_neither_release_is_not_said_to_be_lost() -> None:
+    never = package(
+        "eco_cu12",
+        on(
+            PREVIOUS,
+            Verdict.EXPECTED_FAILURE,
+            failed("x/_x.so", library="libcudart.so.12"),
+            condition=Condition.CUDA_MAJOR,
+        ),
+        on(
+            CANDIDATE,
+            Verdict.EXPECTED_FAILURE,
+            failed("x/_x.so", library="libcudart.so.12"),
+            condition=Condition.CUDA_MAJOR,
+        ),
+    )
+    ecosystem = compare(census_run(never[1], never[0]), Version("2.11.0"), Version("2.10.0"))
+    assert ecosystem is not None
+    (item,) = ecosystem.packages[0].neither
+    assert (item.cause, item.detail) == (Cause.BUILD_SWITCH, "needs libcudart.so.12; the default build is CUDA 13")
+    assert ecosystem.stated() == []  # nothing was lost: no switch to state
+
+
 def test_the_default_build_is_read_from_the_runtime_s_local_label() -> None:
     assert [default_build(t) for t in ("2.10.0+cu128", "2.15.0+cu132", "2.13.0+cpu", "2.16.0")] == [
         "CUDA 12",

@@ -223,9 +223,9 @@ def _rows(package: PackageCensus, release: Version) -> dict[str | None, RuntimeR
     return {row.cell.runtime_python: row for row in package.rows if _release(row.release) == release}
 
 
-def cause_of(row: RuntimeRow, module: str) -> tuple[Cause, str, str]:
+def cause_of(row: RuntimeRow, module: str, *, lost: bool = True) -> tuple[Cause, str, str]:
     """Why the module did not load (or not the same) in the candidate's row: the module's own record first (what
-    the loader named), then the cell's class. (cause, class, in words)"""
+    the loader named), then the cell's class. (cause, class, in words; lost: it loaded on the previous release)"""
     cell = row.cell
     condition = cell.expected_class.value if cell.expected_class else cell.verdict.value
     if cell.verdict is Verdict.ERROR:
@@ -239,7 +239,10 @@ def cause_of(row: RuntimeRow, module: str) -> tuple[Cause, str, str]:
     cuda = library and any(p.match(library) for p in (CUDA_MAJOR_LIBRARY, OTHER_CUDA_LIBRARY, TORCH_CUDA_LIBRARY))
     if cuda or cell.expected_class in SWITCH_CLASSES:
         needs = f"needs {library}; " if library else ""
-        switch = f"{needs}lost to the default build's switch to {default_build(cell.runtime_torch)}"
+        build = default_build(cell.runtime_torch)
+        switch = (
+            f"{needs}lost to the default build's switch to {build}" if lost else f"{needs}the default build is {build}"
+        )
         return Cause.BUILD_SWITCH, condition, switch
     if cell.expected_class in HOST_CLASSES:
         return Cause.HOST, condition, "the host or runner lacks what it needs"
@@ -267,7 +270,7 @@ def package_change(package: PackageCensus, candidate: Version, previous: Version
             if now:
                 (kept if was else gained).append(name)
                 continue
-            cause, condition, detail = cause_of(row, module)
+            cause, condition, detail = cause_of(row, module, lost=was)
             (lost if was else neither).append(Lost(name, cause, condition, detail))
     return PackageChange(package.label, tuple(kept), tuple(lost), tuple(gained), tuple(neither), tuple(unpaired))
 
