@@ -67,7 +67,7 @@ def test_a_header_finding_is_a_reason_new_or_inherited_and_gate_json_carries_it(
     assert reason.evidence[0].startswith("aoti_torch_dtype_float8_e8m0fnu: visible at target 2.9, 2.10, 2.11")
     assert reason.evidence[0].endswith("[new in the candidate]")
     data = json.loads(json.dumps(gate.to_json()))
-    assert data["schema_version"] == 2
+    assert data["schema_version"] == 3
     findings = {f["name"]: f for f in data["headers"]["findings"]}
     assert findings["aoti_torch_dtype_float8_e8m0fnu"]["targets"] == ["2.9", "2.10", "2.11"]
     assert findings["aoti_torch_int64_to_ivalue"]["inherited"] is True
@@ -198,8 +198,8 @@ def test_the_replay_table_is_counted_from_each_gate_s_typed_evidence() -> None:
     row = ReplayRow.decided(gate, Path("r"), 1.0)
     failed = ReplayRow.failed(Version("2.13.0"), Version("2.12.1"), InfrastructureError("boom"))
     text = replay_markdown([row, failed], 60)
-    assert "| 2.12.1 | 2.11.0 | **NO-GO** | 1 / 1 / 1 | 1 of 2 | 0 | 0 | 1 | `a_<b>` |" in text
-    assert "| 2.13.0 | 2.12.1 | **UNDECIDED** | | | | | | error: boom |" in text
+    assert "| 2.12.1 | 2.11.0 | **NO-GO** | 1 / 1 / 1 | 1 of 2 | 0 | 0 | 1 | `a_<b>` | no published wheel |" in text
+    assert "| 2.13.0 | 2.12.1 | **UNDECIDED** | | | | | | error: boom | |" in text
     assert row.to_json()["data"] == gate.to_json() and failed.to_json()["data"] == {}
     assert list(row.to_json()) == [
         "candidate",

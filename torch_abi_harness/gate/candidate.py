@@ -143,8 +143,10 @@ def _variant_inside(version_py: str) -> str:
 
 def candidate_extensions(matrix: Matrix) -> list[str]:
     """The stable extensions the matrix builds from source, in the matrix's order: negative controls
-    (`expect:`) fail by design and a prebuilt wheel (`recipe: wheel`) cannot be built again."""
-    names = dict.fromkeys(b.extension.name for b in matrix.builds)
+    (`expect:`) fail by design and a prebuilt wheel (`recipe: wheel`) cannot be built again. A published wheel
+    (`wheel: <requirement>`) is no source extension (its name is no key of the matrix's extensions when the
+    release has a file per CPython): the gate compares it on both releases (torch_abi_harness.gate.ecosystem)."""
+    names = dict.fromkeys(b.extension.name for b in matrix.builds if b.extension.published is None)
     buildable = (ext for ext in (matrix.extensions[n] for n in names) if ext.recipe is not Recipe.WHEEL)
     return [ext.name for ext in buildable if ext.stable and ext.expect is None and ext.wheel is None]
 

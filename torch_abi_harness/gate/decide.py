@@ -1,6 +1,6 @@
 """The release gate: GO or NO-GO for a torch release candidate, each reason with its evidence.
 
-Five sources of evidence, combined:
+Six sources of evidence, combined:
 
 1. `abi-diff` of the previous release against the candidate (its wheel, or the manifest's release):
    a removed stable export or a changed signature breaks every binary that uses it.
@@ -14,6 +14,9 @@ Five sources of evidence, combined:
    (built from those headers, run on each older release), which name the symbols the headers lied about.
 5. Its op schemas against the previous release's: a removed or incompatibly changed op that an extension
    of the matrix calls by name; the other breaking changes are listed as at risk, by namespace.
+6. Its published wheels (torch_abi_harness.gate.ecosystem): a module that loaded on the previous release and not
+   on the candidate, lost to a removed export (a reason), to the default build's switch of CUDA (stated), or to
+   the host (never counted); those cells are judged there alone.
 
 NO-GO when any reason stands (exit 1); GO when none does and every cell reached a verdict (exit 0);
 UNDECIDED when no reason stands but some cell errored or the run was interrupted (exit 3): the
@@ -33,6 +36,7 @@ from torch_abi_harness.core.errors import BadInputError, ExitCode
 from torch_abi_harness.core.text import md_text
 from torch_abi_harness.core.versions import release_of
 from torch_abi_harness.gate.candidate import Candidate
+from torch_abi_harness.gate.ecosystem import Ecosystem, apart, compare
 from torch_abi_harness.gate.evidence import HeaderClaim, OpEvidence, ProbeCell, is_probe, probe_cells
 from torch_abi_harness.results.diff import RunDiff
 from torch_abi_harness.results.known_breaks import Outcome, State, outcomes
@@ -40,7 +44,8 @@ from torch_abi_harness.results.model import CellResult, RunResult
 from torch_abi_harness.static.abi_diff import AbiDiff, SignatureChange
 from torch_abi_harness.verdict import Verdict
 
-GATE_JSON_VERSION = 2  # 2: headers, probe_cells, op_schemas, counts, removed_exports, broken_cells, timings
+# 2: headers, probe_cells, op_schemas, counts, removed_exports, broken_cells, timings; 3: ecosystem (published wheels)
+GATE_JSON_VERSION = 3
 
 
 class Decision(enum.StrEnum):
@@ -94,9 +99,10 @@ class GateEvidence:
     probe_cells: tuple[ProbeCell, ...]
     op_schemas: OpEvidence | None
     timings: dict[str, float]
+    ecosystem: Ecosystem | None = None  # the published wheels, previous -> candidate (None: the matrix has none)
 
     @classmethod
-    def of(cls, abi: AbiDiff, run: RunResult, release: ReleaseEvidence) -> GateEvidence:
+    def of(cls, abi: AbiDiff, run: RunResult, release: ReleaseEvidence, ecosystem: Ecosystem | None) -> GateEvidence:
         return cls(
             counts=run.counts(),
             removed_exports=tuple(abi.removed_exports),
@@ -107,6 +113,7 @@ class GateEvidence:
             probe_cells=probe_cells(run.cells),
             op_schemas=release.ops,
             timings=dict(release.timings),
+            ecosystem=ecosystem,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -119,6 +126,7 @@ class GateEvidence:
             "probe_cells": [p.to_json() for p in self.probe_cells],
             "op_schemas": self.op_schemas.to_json() if self.op_schemas else None,
             "timings": {k: round(v, 2) for k, v in self.timings.items()},
+            "ecosystem": self.ecosystem.to_json() if self.ecosystem else None,
         }
 
 
@@ -176,6 +184,8 @@ class Gate:
                 lines += [f"  - {md_text(item)}" for item in reason.evidence]
             lines.append("")
         lines += ["## Evidence", "", *(f"- {md_text(item)}" for item in self.evidence), ""]
+        if self.facts.ecosystem is not None:
+            lines += self.facts.ecosystem.markdown()
         if self.known_breaks:
             lines += ["## Known breaks (accepted until they expire; not reasons)", ""]
             lines += [f"- 🩹 {md_text(item)}" for item in self.known_breaks]
@@ -243,14 +253,17 @@ def decide(
     read = _release_evidence(release, run) if release is not None else []
     release = release or ReleaseEvidence()
     known = outcomes(run.known_breaks, run.cells)
+    ecosystem = compare(run, candidate.version, Version(previous))  # the published wheels: judged there, once
     reasons = [
         *_abi_reasons(abi),
         *_header_reasons(release.headers),
         *_probe_reasons(run),
-        *_matrix_reasons(run, candidate, diff, known),
+        *_matrix_reasons(apart(run), candidate, diff, known),
         *_op_reasons(release.ops),
+        *(Reason(title, lines) for title, lines in (ecosystem.reasons() if ecosystem else [])),
     ]
     evidence = [_abi_evidence(abi), *read, *_matrix_evidence(run, candidate, diff)]
+    evidence += [ecosystem.evidence()] if ecosystem else []
     errors = [c for c in run.cells if c.verdict is Verdict.ERROR]
     if reasons:
         decision = Decision.NO_GO
@@ -279,7 +292,7 @@ def decide(
         warnings=tuple(o.line() for o in known if o.state in (State.FIXED, State.UNMATCHED)),
         run_id=run.run_id,
         baseline=diff.baseline if diff else None,
-        facts=GateEvidence.of(abi, run, release),
+        facts=GateEvidence.of(abi, run, release, ecosystem),
     )
 
 

@@ -25,6 +25,7 @@ from torch_abi_harness.core.files import write_atomic
 from torch_abi_harness.core.versions import ApiLevel
 from torch_abi_harness.gate.candidate import Candidate, ensure_candidate_env, oldest_served, with_candidate
 from torch_abi_harness.gate.decide import Gate, ReleaseEvidence, decide, previous_release
+from torch_abi_harness.gate.ecosystem import on_both
 from torch_abi_harness.gate.evidence import OpEvidence, header_claims, is_probe, op_evidence
 from torch_abi_harness.plan import Plan, make_plan
 from torch_abi_harness.provision.envs import Env, cache_dir_of
@@ -188,6 +189,7 @@ def prepare(request: GateRequest, plain: Matrix) -> _Prepared:
     )
     env = ensure_candidate_env(plain, candidate, request.cache_dir)
     matrix = with_candidate(plain, candidate, request.cache_dir / "header-probes", env)
+    matrix = on_both(matrix, (previous, candidate.version))  # a published wheel: on these two releases only
     plan = make_plan(matrix, request.select, request.matrix.backend)
     return _Prepared(candidate, previous, env, plan, plain, manifest)
 

@@ -120,13 +120,14 @@ def replay_markdown(rows: list[ReplayRow], seconds: float) -> str:
         f"# Release gate replayed ({today}, {seconds / 60:.1f} min)",
         "",
         "| candidate | against | decision | header findings: new / inherited / acknowledged | probe cells failing "
-        "| removed exports | called ops broken | other broken cells | declarations the candidate's headers brought |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| removed exports | called ops broken | other broken cells | declarations the candidate's headers brought "
+        "| published wheels: modules kept / lost / gained |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         head = f"| {row.candidate} | {row.previous} | **{row.decision.value}** |"
         if row.gate is None:  # the gate did not get as far as a decision
-            lines.append(f"{head} | | | | | {md_text('; '.join(row.reasons))} |")
+            lines.append(f"{head} | | | | | {md_text('; '.join(row.reasons))} | |")
         else:
             lines.append(f"{head} {_counted(row.gate.facts)} |")
     return "\n".join(lines) + "\n"
@@ -143,5 +144,17 @@ def _counted(facts: GateEvidence) -> str:
     shown = ", ".join(md_code(n) for n in new[:4]) + (f" (+{len(new) - 4})" if len(new) > 4 else "")
     return (
         f"{len(new)} / {len(findings) - len(new)} / {acknowledged} | {failing} of {len(facts.probe_cells)} | "
-        f"{len(facts.removed_exports)} | {called} | {len(others)} | {shown or 'none'}"
+        f"{len(facts.removed_exports)} | {called} | {len(others)} | {shown or 'none'} | {_ecosystem(facts)}"
     )
+
+
+def _ecosystem(facts: GateEvidence) -> str:
+    """The published wheels' modules from the previous release to this one: kept / lost / gained, the lost ones
+    counted against the candidate and those lost to its default build's switch named by number."""
+    if facts.ecosystem is None:
+        return "no published wheel"
+    n = facts.ecosystem.counts()
+    why = [f"{n['lost_counted']} counted"] if n["lost_counted"] else []
+    why += [f"{n['lost_to_build_switch']} to the build switch"] if n["lost_to_build_switch"] else []
+    why += [f"{n['lost_to_host']} to the host"] if n["lost_to_host"] else []
+    return f"{n['kept']} / {n['lost']} / {n['gained']}" + (f" ({', '.join(why)})" if why else "")

@@ -11,6 +11,9 @@ import dataclasses
 import datetime
 from collections.abc import Mapping, Sequence
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.version import InvalidVersion, Version
+
 from torch_abi_harness.core.status import Condition
 from torch_abi_harness.results.cases import PublishedBuild
 from torch_abi_harness.results.model import CellResult, RunResult
@@ -98,6 +101,26 @@ class PackageCensus:
             parts.append(f"none on {_releases(nothing)} ({'; '.join(classes)})")
         return f"{self.label}: " + "; ".join(parts or ["no cell ran"])
 
+    def measured_beyond(self) -> str | None:
+        """Where its declared torch requirement admits releases of the run on which a module of it missed a torch
+        symbol (what the run measured, beside what `check` predicts from its imports): 'declares torch>=2.9;
+        measured here, a module misses a torch symbol on 2.11.0, 2.12.1'; None where the run saw no such release."""
+        pins = sorted({b.torch_pin for b in self.builds if b.torch_pin})
+        if not pins:
+            return None
+        try:
+            specifier = Requirement(pins[0]).specifier
+        except InvalidRequirement:
+            return None
+        missed = {row.release for row in self.rows if any(m.missing_symbol for m in row.cell.modules)}
+        claimed = sorted(v for r in missed if (v := _version(r)) and specifier.contains(v, prereleases=True))
+        if not claimed:
+            return None
+        loads = sorted(v for row in self.rows if row.proven and (v := _version(row.release)) and v > claimed[-1])
+        after = f"; it loads from {loads[0]}" if loads else ""
+        shown = ", ".join(str(v) for v in claimed)
+        return f"declares {pins[0]}; measured here, a module misses a torch symbol on {shown}{after}"
+
     def table(self) -> list[str]:
         names = [_short(m) for m in self.modules]
         lines = [
@@ -119,6 +142,13 @@ class PackageCensus:
                 verdict += f" ({row.cell.expected_class.value})"
             lines.append(f"| {row.runtime} | {verdict} | {' | '.join(cells)} |")
         return lines
+
+
+def _version(release: str) -> Version | None:
+    try:
+        return Version(release)
+    except InvalidVersion:
+        return None
 
 
 def _modules_word(n: int) -> str:
@@ -224,6 +254,9 @@ def document(
         lines += [f"### {package.label}", "", f"**{package.line()}**", ""]
         for published in package.builds:
             lines += [_build_line(published), ""]
+        measured = package.measured_beyond()
+        if measured:
+            lines += [f"Its metadata against the binary: it {measured}: it admits releases it cannot load on.", ""]
         unserved = sorted({p for b in package.builds for p in b.unserved})
         if unserved:
             lines += [f"No file of this release for CPython {', '.join(unserved)} on this platform: no cell there.", ""]
