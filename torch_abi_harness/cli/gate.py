@@ -44,6 +44,12 @@ def add_gate(command: Command) -> None:
         help="the candidate's torch wheel for abi-diff (default: one in --find-links, else the manifest's release)",
     )
     gate.add_argument(
+        "--strict",
+        action="store_true",
+        help="what the candidate carries from earlier releases (header findings its previous release showed "
+        "too, probe cells failing only for them) is a reason too; by default it is listed, not a reason",
+    )
+    gate.add_argument(
         "--replay",
         action="store_true",
         help="every release of the matrix from --replay-from on, as the candidate against the one before it; "
@@ -69,6 +75,7 @@ def gate_request(args: argparse.Namespace) -> GateRequest:
         candidate_wheel=args.candidate_wheel,
         baseline=args.baseline,
         replay_from=release_option("--replay-from", args.replay_from) if args.replay else None,
+        strict=args.strict,
     )
 
 
