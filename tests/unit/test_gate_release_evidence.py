@@ -72,7 +72,10 @@ def test_a_new_header_finding_is_a_reason_a_carried_one_is_listed_and_gate_json_
     assert data["schema_version"] == 3
     findings = {f["name"]: f for f in data["headers"]["findings"]}
     assert findings["aoti_torch_dtype_float8_e8m0fnu"]["targets"] == ["2.9", "2.10", "2.11"]
-    assert (findings["aoti_torch_int64_to_ivalue"]["carried"], findings["aoti_torch_int64_to_ivalue"]["carried_since"]) == (
+    assert (
+        findings["aoti_torch_int64_to_ivalue"]["carried"],
+        findings["aoti_torch_int64_to_ivalue"]["carried_since"],
+    ) == (
         True,
         "<=2.11.0",
     )
