@@ -93,7 +93,7 @@ def test_2_13_0_carries_seven_declarations_from_2_10_0_go_and_no_go_under_strict
     text = (tmp_path / "reports" / "latest" / "gate.md").read_text()
     assert "## Carried from earlier releases (8; not reasons; `--strict` makes them reasons)" in text
     assert "## Operators removed or changed incompatibly (127; 0 called by the matrix's builds)" in text
-    assert "- aten::all (2 overload(s): .dimname, .dimname_out): overload removed" in text
+    assert "- aten::all (2 overloads: .dimname, .dimname_out): overload removed" in text
 
     code, gate_json, out = gate("--strict")
     assert code == 1, out

@@ -125,6 +125,7 @@ def test_every_removed_overload_is_named_in_gate_md_grouped_by_op_and_cause_and_
         OpChange("aten::all.dimname", Change.BREAKING, removed, "aten::all.dimname(...)", None),
         OpChange("aten::all.dimname_out", Change.BREAKING, removed, "aten::all.dimname_out(...)", None),
         OpChange("aten::align_as", Change.BREAKING, removed, "aten::align_as(...)", None),
+        OpChange("aten::argsort.dimname", Change.BREAKING, removed, "aten::argsort.dimname(...)", None),
         OpChange("aten::narrow", Change.BREAKING, removed, "aten::narrow(...)", None),
         OpChange("prims::uniform", Change.BREAKING, "new argument without a default: SymInt[] stride", "a", "b"),
         OpChange("aten::new", Change.COMPATIBLE, "new overload", None, "aten::new(...)"),
@@ -133,21 +134,23 @@ def test_every_removed_overload_is_named_in_gate_md_grouped_by_op_and_cause_and_
     ops = op_evidence(changes, calls)
     assert ops.families() == (
         "aten::narrow: overload removed (called by stable_basic)",
-        "aten::all (2 overload(s): .dimname, .dimname_out): overload removed",
+        "aten::all (2 overloads: .dimname, .dimname_out): overload removed",
         "aten::align_as: overload removed",
+        "aten::argsort.dimname: overload removed",
         "prims::uniform: new argument without a default: SymInt[] stride",
     )
     release = ReleaseEvidence((), headers_audited=True, ops=ops)
     gate = decide(Candidate.parse("2.13.0"), "2.12.1", CLEAN, run_of(KEPT), None, release)
     text = gate.markdown()
-    assert "## Operators removed or changed incompatibly (5; 1 called by the matrix's builds)" in text
-    assert "- aten::all (2 overload(s): .dimname, .dimname_out): overload removed" in text
+    assert "## Operators removed or changed incompatibly (6; 1 called by the matrix's builds)" in text
+    assert "- aten::all (2 overloads: .dimname, .dimname_out): overload removed" in text
     assert "- aten::narrow: overload removed (called by stable_basic)" in text
     listed = json.loads(json.dumps(gate.to_json()))["op_schemas"]["breaking"]
     assert [(o["op"], o["called_by"]) for o in listed] == [
         ("aten::all.dimname", []),
         ("aten::all.dimname_out", []),
         ("aten::align_as", []),
+        ("aten::argsort.dimname", []),
         ("aten::narrow", ["stable_basic"]),
         ("prims::uniform", []),
     ]

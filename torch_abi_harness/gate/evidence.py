@@ -199,16 +199,15 @@ class OpEvidence:
 
     def families(self) -> tuple[str, ...]:
         """Every breaking change named, the overloads of one op that share a cause on one line ('aten::all (2
-        overloads: .dimname, .dimname_out): overload removed'), the ones the matrix calls first, marked."""
+        overloads: .dimname, .dimname_out): overload removed'; one alone by its full name), the ones the matrix
+        calls first, marked."""
         groups: dict[tuple[str, str], list[OpChange]] = {}
         for change in self.breaking:
             groups.setdefault((change.op.partition(".")[0], change.what), []).append(change)
         lines: list[tuple[bool, str]] = []
         for (op, what), changes in groups.items():
-            overloads = [c.op.partition(".")[2] or "default" for c in changes]
-            named = (
-                op if overloads == ["default"] else f"{op} ({len(changes)} overload(s): ." + ", .".join(overloads) + ")"
-            )
+            overloads = ", .".join(c.op.partition(".")[2] or "default" for c in changes)
+            named = changes[0].op if len(changes) == 1 else f"{op} ({len(changes)} overloads: .{overloads})"
             by = sorted({name for c in changes for name in self.callers(c)})
             called = f" (called by {', '.join(by)})" if by else ""
             lines.append((not by, f"{named}: {what}{called}"))
