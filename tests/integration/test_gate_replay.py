@@ -15,10 +15,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 from kit import harness
 from packaging.version import Version
 
 from torch_abi_harness.config import DEFAULT_PYTHON
+from torch_abi_harness.core.schema import load_schema
 from torch_abi_harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
 from torch_abi_harness.provision.sources import ResolvedSources
 from torch_abi_harness.static.op_registry import OpSchemas, diff_releases, packaged_op_schemas, with_release
@@ -47,6 +49,7 @@ def test_the_replay_of_2_12_1_is_no_go_naming_the_two_dtype_declarations(tmp_pat
 
     gate = json.loads((Path(row["run_dir"]) / "gate.json").read_text())
     assert gate["schema_version"] == 3 and gate["decision"] == "NO-GO"
+    jsonschema.validate(gate, load_schema("gate"))
     findings = {f["name"]: f for f in gate["headers"]["findings"]}
     for name in DTYPES:  # audited from the oldest release the matrix runs (2.10), confirmed by compiling
         assert findings[name]["targets"] == ["2.10", "2.11"], findings[name]
@@ -84,6 +87,7 @@ def test_2_13_0_carries_seven_declarations_from_2_10_0_go_and_no_go_under_strict
 
     code, gate_json, out = gate()
     assert code == 0, out
+    jsonschema.validate(gate_json, load_schema("gate"))
     assert (gate_json["decision"], gate_json["reasons"], gate_json["strict"]) == ("GO", [], False)
     findings = gate_json["headers"]["findings"]
     assert len(findings) == 7 and all((f["carried"], f["carried_since"]) == (True, "2.10.0") for f in findings)

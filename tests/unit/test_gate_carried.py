@@ -7,11 +7,14 @@ real gate."""
 import json
 from pathlib import Path
 
+import jsonschema
+import pytest
 from test_gate_release_evidence import CLEAN, T29, T210, T211, TODAY, audit, latent, probe_cell
 from test_report import KEPT, run_of
 
 from torch_abi_harness.cli import parser
 from torch_abi_harness.cli.gate import gate_request
+from torch_abi_harness.core.schema import load_schema
 from torch_abi_harness.gate.candidate import Candidate
 from torch_abi_harness.gate.decide import Decision, Gate, ReleaseEvidence, decide
 from torch_abi_harness.gate.evidence import HeaderClaim, header_claims, op_evidence
@@ -145,7 +148,9 @@ def test_every_removed_overload_is_named_in_gate_md_grouped_by_op_and_cause_and_
     assert "## Operators removed or changed incompatibly (6; 1 called by the matrix's builds)" in text
     assert "- aten::all (2 overloads: .dimname, .dimname_out): overload removed" in text
     assert "- aten::narrow: overload removed (called by stable_basic)" in text
-    listed = json.loads(json.dumps(gate.to_json()))["op_schemas"]["breaking"]
+    data = json.loads(json.dumps(gate.to_json()))
+    jsonschema.validate(data, load_schema("gate"))
+    listed = data["op_schemas"]["breaking"]
     assert [(o["op"], o["called_by"]) for o in listed] == [
         ("aten::all.dimname", []),
         ("aten::all.dimname_out", []),
@@ -168,3 +173,15 @@ def test_strict_is_a_flag_of_gate() -> None:
     args = parser().parse_args(["gate", "--candidate", "2.16.0", "--strict"])
     assert gate_request(args).strict is True
     assert gate_request(parser().parse_args(["gate", "--candidate", "2.16.0"])).strict is False
+
+
+def test_gate_json_matches_its_schema_which_refuses_the_old_key() -> None:
+    claims = claims_of(NEW, OLD)
+    gate = gate_of(claims, run_of(probe_cell("2.11.0", (OLD,)), probe_cell("2.13.0", ())), strict=True)  # type: ignore[arg-type]
+    data = json.loads(json.dumps(gate.to_json()))
+    jsonschema.validate(data, load_schema("gate"))
+    assert data["schema_version"] == load_schema("gate")["properties"]["schema_version"]["const"]
+    finding = data["headers"]["findings"][0]
+    finding["inherited"] = finding.pop("carried")  # what version 2 wrote
+    with pytest.raises(jsonschema.ValidationError, match="inherited"):
+        jsonschema.validate(data, load_schema("gate"))
