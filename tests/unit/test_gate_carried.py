@@ -60,6 +60,10 @@ def test_a_carried_only_candidate_is_go_with_what_it_carries_listed_and_no_go_wh
     gate = gate_of(claims, run_of(KEPT))
     assert (gate.decision, gate.reasons) == (Decision.GO, ())
     assert gate.carried == (f"header finding {claims[0].line()}",)
+    assert gate.summary == (
+        "torch 2.13.0 brings no new break of the stable-ABI promise: GO; it carries 1 from earlier releases "
+        "(listed; --strict makes them reasons)."
+    )
     text = gate.markdown()
     assert "## Carried from earlier releases (1; not reasons; `--strict` makes them reasons)" in text
     assert "\\[carried since 2.10.0\\]" in text  # md_text escapes the brackets

@@ -147,6 +147,11 @@ class Gate:
 
     @property
     def summary(self) -> str:
+        if self.decision is Decision.GO and self.carried:
+            return (
+                f"torch {self.candidate} brings no new break of the stable-ABI promise: GO; it carries "
+                f"{len(self.carried)} from earlier releases (listed; --strict makes them reasons)."
+            )
         if self.decision is Decision.GO:
             return f"torch {self.candidate} keeps the stable-ABI promise in both directions: GO."
         if self.decision is Decision.NO_GO:
