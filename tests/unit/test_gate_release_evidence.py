@@ -46,15 +46,15 @@ def known(name: str, *symbols: str, expires: datetime.date = datetime.date(2027,
     return KnownBreak(name, (), "accepted", "https://github.com/pytorch/pytorch/issues/1", expires, symbols)
 
 
-def test_a_header_finding_is_a_reason_new_or_inherited_and_gate_json_carries_it() -> None:
+def test_a_new_header_finding_is_a_reason_a_carried_one_is_listed_and_gate_json_has_both() -> None:
     candidate = audit(
         "2.12.1",
         latent("aoti_torch_dtype_float8_e8m0fnu", T29, T210, T211),
         latent("aoti_torch_int64_to_ivalue", T29, first="2.10.0"),
     )
     previous = audit("2.11.0", latent("aoti_torch_int64_to_ivalue", T29, first="2.10.0"))
-    claims = header_claims(candidate, previous, (), TODAY)
-    assert [(c.name, c.inherited) for c in claims] == [
+    claims = header_claims(candidate, (previous,), (), TODAY)
+    assert [(c.name, c.carried) for c in claims] == [
         ("aoti_torch_dtype_float8_e8m0fnu", False),
         ("aoti_torch_int64_to_ivalue", True),
     ]
@@ -63,25 +63,33 @@ def test_a_header_finding_is_a_reason_new_or_inherited_and_gate_json_carries_it(
     )
     assert gate.decision is Decision.NO_GO
     (reason,) = gate.reasons
-    assert "2 declaration(s)" in reason.title and "1 new in the candidate, 1 inherited" in reason.title
+    assert reason.title.startswith("the candidate's headers show 1 new declaration(s)")
+    assert len(reason.evidence) == 1
+    assert gate.carried == (f"header finding {claims[1].detail} [carried since <=2.11.0]",)
     assert reason.evidence[0].startswith("aoti_torch_dtype_float8_e8m0fnu: visible at target 2.9, 2.10, 2.11")
     assert reason.evidence[0].endswith("[new in the candidate]")
     data = json.loads(json.dumps(gate.to_json()))
     assert data["schema_version"] == 3
     findings = {f["name"]: f for f in data["headers"]["findings"]}
     assert findings["aoti_torch_dtype_float8_e8m0fnu"]["targets"] == ["2.9", "2.10", "2.11"]
-    assert findings["aoti_torch_int64_to_ivalue"]["inherited"] is True
+    assert (
+        findings["aoti_torch_int64_to_ivalue"]["carried"],
+        findings["aoti_torch_int64_to_ivalue"]["carried_since"],
+    ) == (
+        True,
+        "<=2.11.0",
+    )
 
 
 def test_a_known_break_of_symbols_acknowledges_a_finding_until_it_expires() -> None:
     candidate = audit("2.13.0", latent("aoti_torch_int64_to_ivalue", T29, first="2.10.0"))
-    holding = header_claims(candidate, None, (known("ivalue-2.9", "aoti_torch_*_to_ivalue"),), TODAY)
+    holding = header_claims(candidate, (), (known("ivalue-2.9", "aoti_torch_*_to_ivalue"),), TODAY)
     gate = decide(
         Candidate.parse("2.13.0"), "2.12.1", CLEAN, run_of(KEPT), None, ReleaseEvidence(holding, headers_audited=True)
     )
     assert gate.decision is Decision.GO
     assert any("acknowledged by known break ivalue-2.9" in line for line in gate.known_breaks)
-    expired = header_claims(candidate, None, (known("ivalue-2.9", "aoti_*", expires=datetime.date(2026, 1, 1)),), TODAY)
+    expired = header_claims(candidate, (), (known("ivalue-2.9", "aoti_*", expires=datetime.date(2026, 1, 1)),), TODAY)
     gate = decide(
         Candidate.parse("2.13.0"), "2.12.1", CLEAN, run_of(KEPT), None, ReleaseEvidence(expired, headers_audited=True)
     )
@@ -183,8 +191,8 @@ def test_the_replay_table_is_counted_from_each_gate_s_typed_evidence() -> None:
     """A decided row reads its gate's records (claims, probe cells, broken cells marked as the probe's or not),
     never gate.json's keys; a row that did not get as far as a decision says why."""
     claims = (
-        HeaderClaim("a_<b>", ("2.9",), (), None, "declaration", "a_<b>: visible", inherited=False),
-        HeaderClaim("old", ("2.9",), (), None, "declaration", "old: visible", inherited=True, acknowledged_by="k"),
+        HeaderClaim("a_<b>", ("2.9",), (), None, "declaration", "a_<b>: visible", carried=False),
+        HeaderClaim("old", ("2.9",), (), None, "declaration", "old: visible", carried=True, acknowledged_by="k"),
     )
     other = dataclasses.replace(BROKEN, id="x@b2.10.0~r2.12.1-cpu")
     cells = run_of(probe_cell("2.11.0", ("sym",)), probe_cell("2.12.1", ()), other)
@@ -198,7 +206,7 @@ def test_the_replay_table_is_counted_from_each_gate_s_typed_evidence() -> None:
     row = ReplayRow.decided(gate, Path("r"), 1.0)
     failed = ReplayRow.failed(Version("2.13.0"), Version("2.12.1"), InfrastructureError("boom"))
     text = replay_markdown([row, failed], 60)
-    assert "| 2.12.1 | 2.11.0 | **NO-GO** | 1 / 1 / 1 | 1 of 2 | 0 | 0 | 1 | `a_<b>` | no published wheel |" in text
+    assert "| 2.12.1 | 2.11.0 | **NO-GO** | 1 / 1 / 1 | 1 / 0 of 2 | 0 | 0 | 1 | `a_<b>` | no published wheel |" in text
     assert "| 2.13.0 | 2.12.1 | **UNDECIDED** | | | | | | error: boom | |" in text
     assert row.to_json()["data"] == gate.to_json() and failed.to_json()["data"] == {}
     assert list(row.to_json()) == [

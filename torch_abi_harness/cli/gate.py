@@ -45,6 +45,12 @@ def add_gate(command: Command) -> None:
         "a Linux x86_64 wheel of the variant it is named and the matrix's runtimes use, checked before any work",
     )
     gate.add_argument(
+        "--strict",
+        action="store_true",
+        help="what the candidate carries from earlier releases (header findings its previous release showed "
+        "too, probe cells failing only for them) is a reason too; by default it is listed, not a reason",
+    )
+    gate.add_argument(
         "--replay",
         action="store_true",
         help="every release of the matrix from --replay-from on, as the candidate against the one before it; "
@@ -70,6 +76,7 @@ def gate_request(args: argparse.Namespace) -> GateRequest:
         candidate_wheel=args.candidate_wheel,
         baseline=args.baseline,
         replay_from=release_option("--replay-from", args.replay_from) if args.replay else None,
+        strict=args.strict,
     )
 
 

@@ -12,8 +12,12 @@ Six sources of evidence, combined:
 4. The candidate's headers (torch_abi_harness.gate.evidence): every declaration visible at a target whose
    release does not export it, unless a known break's `symbols:` acknowledge it; the header probe's cells
    (built from those headers, run on each older release), which name the symbols the headers lied about.
+   What the candidate brings is a reason; what it carries from earlier releases (the previous release's
+   headers showed it too) is listed with the release that introduced it, and is a reason only when the
+   gate is strict (`--strict`): a gate red for the same old declarations release after release teaches its
+   readers to ignore it, while a release engineer can act on what the candidate changed.
 5. Its op schemas against the previous release's: a removed or incompatibly changed op that an extension
-   of the matrix calls by name; the other breaking changes are listed as at risk, by namespace.
+   of the matrix calls by name; the other breaking changes are listed by name, as at risk.
 6. Its published wheels (torch_abi_harness.gate.ecosystem): a module that loaded on the previous release and not
    on the candidate, lost to a removed export (a reason), to the default build's switch of CUDA (stated), or to
    the host (never counted); those cells are judged there alone.
@@ -44,7 +48,8 @@ from torch_abi_harness.results.model import CellResult, RunResult
 from torch_abi_harness.static.abi_diff import AbiDiff, SignatureChange
 from torch_abi_harness.verdict import Verdict
 
-# 2: headers, probe_cells, op_schemas, counts, removed_exports, broken_cells, timings; 3: ecosystem (published wheels)
+# 2: headers, probe_cells, op_schemas, counts, removed_exports, broken_cells, timings; 3: carried (was
+# inherited), strict, operators named, ecosystem (published wheels)
 GATE_JSON_VERSION = 3
 
 
@@ -110,7 +115,7 @@ class GateEvidence:
             broken_cells=tuple(BrokenCell.of(c) for c in run.cells if c.verdict is Verdict.BROKEN),
             headers_audited=release.headers_audited,
             headers=tuple(release.headers),
-            probe_cells=probe_cells(run.cells),
+            probe_cells=probe_cells(run.cells, release.headers),
             op_schemas=release.ops,
             timings=dict(release.timings),
             ecosystem=ecosystem,
@@ -142,6 +147,8 @@ class Gate:
     run_id: str
     baseline: str | None
     facts: GateEvidence  # the structured evidence of gate.json
+    carried: tuple[str, ...] = ()  # header findings and probe cells the candidate carries from earlier releases
+    strict: bool = False  # --strict: what is carried is a reason too
 
     @property
     def exit_code(self) -> ExitCode:
@@ -149,6 +156,11 @@ class Gate:
 
     @property
     def summary(self) -> str:
+        if self.decision is Decision.GO and self.carried:
+            return (
+                f"torch {self.candidate} brings no new break of the stable-ABI promise: GO; it carries "
+                f"{len(self.carried)} from earlier releases (listed; --strict makes them reasons)."
+            )
         if self.decision is Decision.GO:
             return f"torch {self.candidate} keeps the stable-ABI promise in both directions: GO."
         if self.decision is Decision.NO_GO:
@@ -166,6 +178,8 @@ class Gate:
             "reasons": [r.to_json() for r in self.reasons],
             "evidence": list(self.evidence),
             "known_breaks": list(self.known_breaks),
+            "strict": self.strict,
+            "carried": list(self.carried),
             "warnings": list(self.warnings),
             "run_id": self.run_id,
             "baseline": self.baseline,
@@ -190,9 +204,27 @@ class Gate:
             lines += ["## Known breaks (accepted until they expire; not reasons)", ""]
             lines += [f"- 🩹 {md_text(item)}" for item in self.known_breaks]
             lines.append("")
+        lines += self._carried_section()
+        lines += _ops_section(self.facts.op_schemas)
         if self.warnings:
             lines += ["## Warnings", "", *(f"- ⚠️ {md_text(item)}" for item in self.warnings), ""]
         return "\n".join(lines)
+
+    def _carried_section(self) -> list[str]:
+        if not self.carried:
+            return []
+        why = "reasons: the gate is strict" if self.strict else "not reasons; `--strict` makes them reasons"
+        head = f"## Carried from earlier releases ({len(self.carried)}; {why})"
+        return [head, "", *(f"- {md_text(item)}" for item in self.carried), ""]
+
+
+def _ops_section(ops: OpEvidence | None) -> list[str]:
+    """Every removed overload and BC-breaking schema change, by name: the ones the matrix calls first."""
+    if ops is None or not ops.breaking:
+        return []
+    called = len(ops.breaking_called)
+    head = f"## Operators removed or changed incompatibly ({len(ops.breaking)}; {called} called by the matrix's builds)"
+    return [head, "", *(f"- {md_text(line)}" for line in ops.families()), ""]
 
 
 def direction(cell: CellResult, candidate: Candidate) -> str:
@@ -246,18 +278,21 @@ def decide(
     run: RunResult,
     diff: RunDiff | None,
     release: ReleaseEvidence | None = None,
+    *,
+    strict: bool = False,
 ) -> Gate:
-    """NO-GO on any reason (the stable surface, the headers, a broken promise, a called op broken, an expired
-    known break); else UNDECIDED when a cell errored or the run was interrupted (the matrix did not say
-    everything); else GO."""
+    """NO-GO on any reason (the stable surface, what the candidate's headers bring, a broken promise, a called
+    op broken, an expired known break; what its headers carry from earlier releases only when strict); else
+    UNDECIDED when a cell errored or the run was interrupted (the matrix did not say everything); else GO."""
     read = _release_evidence(release, run) if release is not None else []
     release = release or ReleaseEvidence()
     known = outcomes(run.known_breaks, run.cells)
     ecosystem = compare(run, candidate.version, Version(previous))  # the published wheels: judged there, once
+    probes = probe_cells(run.cells, release.headers)
     reasons = [
         *_abi_reasons(abi),
-        *_header_reasons(release.headers),
-        *_probe_reasons(run),
+        *_header_reasons(release.headers, strict=strict),
+        *_probe_reasons(run, probes, strict=strict),
         *_matrix_reasons(apart(run), candidate, diff, known),
         *_op_reasons(release.ops),
         *(Reason(title, lines) for title, lines in (ecosystem.reasons() if ecosystem else [])),
@@ -293,21 +328,32 @@ def decide(
         run_id=run.run_id,
         baseline=diff.baseline if diff else None,
         facts=GateEvidence.of(abi, run, release, ecosystem),
+        carried=carried_lines(release.headers, probes),
+        strict=strict,
     )
 
 
-def _header_reasons(claims: Sequence[HeaderClaim]) -> list[Reason]:
+def _header_reasons(claims: Sequence[HeaderClaim], *, strict: bool) -> list[Reason]:
+    """What the candidate's headers bring, a reason; what they carry, one only when strict; expired known breaks."""
     open_claims = [c for c in claims if not c.acknowledged_by]
     plain = [c for c in open_claims if not c.expired]
+    new = [c for c in plain if not c.carried]
+    carried = [c for c in plain if c.carried]
     reasons: list[Reason] = []
-    if plain:
-        new = sum(not c.inherited for c in plain)
+    if new:
         reasons.append(
             Reason(
-                f"the candidate's headers show {len(plain)} declaration(s) at a target whose release does not export "
-                f"them ({new} new in the candidate, {len(plain) - new} inherited from the previous release): a build "
-                "for that target compiles, then fails to load there",
-                tuple(c.line() for c in plain),
+                f"the candidate's headers show {len(new)} new declaration(s) at a target whose release does not "
+                "export them: a build for that target compiles, then fails to load there",
+                tuple(c.line() for c in new),
+            )
+        )
+    if carried and strict:
+        reasons.append(
+            Reason(
+                f"strict: the candidate's headers still show {len(carried)} declaration(s) carried from earlier "
+                "releases at a target whose release does not export them",
+                tuple(c.line() for c in carried),
             )
         )
     for name in sorted({c.expired for c in open_claims if c.expired}):
@@ -318,17 +364,43 @@ def _header_reasons(claims: Sequence[HeaderClaim]) -> list[Reason]:
     return reasons
 
 
-def _probe_reasons(run: RunResult) -> list[Reason]:
+def _probe_reasons(run: RunResult, probes: Sequence[ProbeCell], *, strict: bool) -> list[Reason]:
+    """Broken probe cells: those missing anything the candidate brings are a reason; those missing only carried
+    declarations are one only when strict."""
+    carried_only = {p.id for p in probes if p.carried_only}
     broken = sorted((c for c in run.cells if is_probe(c) and c.verdict is Verdict.BROKEN), key=lambda c: c.id)
-    if not broken:
-        return []
-    return [
-        Reason(
-            f"the header probe fails to load in {len(broken)} cell(s): declarations its headers show at the "
-            "build's target are missing from that target's release or a later one",
-            tuple(f"{c.id}: {c.status.value}: missing {', '.join(c.missing_names) or c.reason}" for c in broken),
+    new = [c for c in broken if c.id not in carried_only]
+    reasons: list[Reason] = []
+    if new:
+        reasons.append(
+            Reason(
+                f"the header probe fails to load in {len(new)} cell(s): declarations its headers show at the "
+                "build's target are missing from that target's release or a later one",
+                tuple(f"{c.id}: {c.status.value}: missing {', '.join(c.missing_names) or c.reason}" for c in new),
+            )
         )
+    old = [c for c in broken if c.id in carried_only]
+    if old and strict:
+        reasons.append(
+            Reason(
+                f"strict: the header probe fails to load in {len(old)} cell(s) only for declarations carried from "
+                "earlier releases",
+                tuple(f"{c.id}: {c.status.value}: missing {', '.join(c.missing_names)}" for c in old),
+            )
+        )
+    return reasons
+
+
+def carried_lines(claims: Sequence[HeaderClaim], probes: Sequence[ProbeCell]) -> tuple[str, ...]:
+    """What the candidate carries from earlier releases, one line each: the header findings (with the release
+    that introduced each), then the probe cells that fail only for them."""
+    findings = [f"header finding {c.line()}" for c in claims if c.carried and not c.acknowledged_by]
+    cells = [
+        f"header probe cell {p.id}: {p.verdict}: missing only carried {', '.join(p.missing)}"
+        for p in probes
+        if p.carried_only and p.verdict == Verdict.BROKEN
     ]
+    return tuple(findings + cells)
 
 
 def _op_reasons(ops: OpEvidence | None) -> list[Reason]:
@@ -348,17 +420,21 @@ def _release_evidence(release: ReleaseEvidence, run: RunResult) -> list[str]:
     if release.headers_audited:
         claims = release.headers
         acknowledged = sum(c.acknowledged_by is not None for c in claims)
-        new = sum(not c.inherited for c in claims)
+        new = sum(not c.carried for c in claims)
         lines.append(
-            f"header audit: {len(claims)} finding(s) ({new} new in the candidate, {len(claims) - new} inherited, "
-            f"{acknowledged} acknowledged by a known break)"
+            f"header audit: {len(claims)} finding(s) ({new} new in the candidate, {len(claims) - new} carried from "
+            f"earlier releases, {acknowledged} acknowledged by a known break)"
         )
     else:
         lines.append("header audit: not run")
-    probes = probe_cells(run.cells)
+    probes = probe_cells(run.cells, release.headers)
     if probes:
-        failing = sum(p.verdict in ("broken", "known_break") for p in probes)
-        lines.append(f"header probe: {len(probes)} cell(s), {failing} failing to load")
+        failing = [p for p in probes if p.failing]
+        carried = sum(p.carried_only for p in failing)
+        lines.append(
+            f"header probe: {len(probes)} cell(s), {len(failing)} failing to load ({len(failing) - carried} for "
+            f"what the candidate brings, {carried} only for carried declarations)"
+        )
     ops = release.ops
     if ops is None:
         lines.append("op schemas: not compared")
@@ -368,7 +444,8 @@ def _release_evidence(release: ReleaseEvidence, run: RunResult) -> list[str]:
         risk = ", ".join(f"{ns} {n}" for ns, n in sorted(ops.at_risk.items())) or "none"
         lines.append(
             f"op schemas: {len(ops.breaking_called)} breaking change(s) to ops the matrix calls ({ops.called_ops} "
-            f"op(s) called); at risk for extensions that call them: {risk}; {ops.compatible} compatible change(s)"
+            f"op(s) called); at risk for extensions that call them: {risk} (each named below); "
+            f"{ops.compatible} compatible change(s)"
         )
     if release.timings:
         lines.append("gate timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in release.timings.items()))

@@ -3,13 +3,17 @@
 - **Header findings**: every declaration the candidate's public stable headers leave visible at a
   target T (from the oldest target to its own) that release T does not export (`audit-guards`), and
   every header-only wrapper or macro a build at T cannot use. Each says whether the previous release's
-  headers showed it too (inherited) or the candidate brings it (new), and which known break, if any,
-  acknowledges it (matrix.yaml `known_breaks:` with `symbols:`).
+  headers showed it too at every one of those targets (carried, with the release that introduced it, found
+  by walking back through the earlier releases' audits) or the candidate brings it (new), and which known
+  break, if any, acknowledges it (matrix.yaml `known_breaks:` with `symbols:`). A release engineer acts on
+  what the candidate changed: a carried finding is listed and counted, a reason only under `--strict`.
 - **Probe cells**: the header probe (torch_abi_harness.gate.probe_extension) built on the candidate at each target and
-  run on that target's release and later; a broken one names the symbols its headers lied about.
+  run on that target's release and later; a broken one names the symbols its headers lied about, and is carried
+  when every one of them is a carried finding.
 - **Op schemas**: the dispatcher schemas of the previous release and the candidate; a removed or
   incompatibly changed op that an extension of the matrix calls by name breaks it; the other breaking
-  changes are at risk for extensions that call them, counted by namespace.
+  changes are at risk for extensions that call them, each named (a family of overloads sharing a cause on
+  one line).
 """
 
 from __future__ import annotations
@@ -40,9 +44,10 @@ class HeaderClaim:
     first_exported: str | None
     kind: str  # 'declaration' (a C shim), else the header finding's kind: 'wrapper', 'macro' or 'headers'
     detail: str  # one line: what the audit says
-    inherited: bool  # the previous release's headers showed it at those targets too
+    carried: bool  # the previous release's headers showed it at every one of those targets too
     acknowledged_by: str | None = None  # the known break whose symbols match it, while it holds
     expired: str | None = None  # a matching known break that expired
+    since: str | None = None  # carried: the release whose headers first showed it ('<=2.9.1': the oldest audited)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -51,58 +56,65 @@ class HeaderClaim:
             "targets": list(self.targets),
             "chain": list(self.chain),
             "first_exported": self.first_exported,
-            "inherited": self.inherited,
+            "carried": self.carried,
+            "carried_since": self.since,
             "acknowledged_by": self.acknowledged_by,
             "expired_known_break": self.expired,
             "detail": self.detail,
         }
 
     def line(self) -> str:
-        origin = "inherited from the previous release" if self.inherited else "new in the candidate"
+        origin = f"carried since {self.since}" if self.carried else "new in the candidate"
         return f"{self.detail} [{origin}]"
 
 
 def header_claims(
-    audit: GuardAudit, previous: GuardAudit | None, entries: Sequence[KnownBreak], today: datetime.date
+    audit: GuardAudit,
+    earlier: Sequence[GuardAudit],
+    entries: Sequence[KnownBreak],
+    today: datetime.date,
 ) -> tuple[HeaderClaim, ...]:
-    """The audit's findings as claims, each marked inherited (same name and a shared target in the previous
-    release's audit) and acknowledged by the first holding known break whose symbols match its name."""
-    before: dict[str, set[str]] = {}
-    if previous is not None:
-        for item in previous.breaks:
-            before.setdefault(item.name, set()).update(str(t) for t in item.missing_at or (item.visible_from,))
-        for finding in previous.header_findings:
-            before.setdefault(finding.name, set()).add(str(finding.target))
+    """The audit's findings as claims, each acknowledged by the first holding known break whose symbols match its
+    name, and carried when the previous release's audit (earlier[0]; earlier: the releases before the candidate,
+    newest first, as far back as the harness can audit) showed the same name at every one of its targets.
+    Without earlier (the previous release not audited) every claim is new: nothing shows it carried."""
+    shown = [_shown(a) for a in earlier]
     claims: list[HeaderClaim] = []
     for item in audit.breaks:
         if item.confirmed is False:  # compiling disproved it
             continue
         targets = tuple(str(t) for t in item.missing_at or (item.visible_from,))
-        claims.append(
-            HeaderClaim(
-                item.name,
-                targets,
-                item.chain,
-                item.first_exported,
-                "declaration",
-                item.describe(),
-                bool(before.get(item.name, set()) & set(targets)),
-            )
+        claim = HeaderClaim(
+            item.name, targets, item.chain, item.first_exported, "declaration", item.describe(), carried=False
         )
+        claims.append(_carried(claim, shown, earlier))
     for finding in audit.header_findings:
         target = str(finding.target)
-        claims.append(
-            HeaderClaim(
-                finding.name,
-                (target,),
-                (),
-                None,
-                finding.kind,
-                finding.describe(),
-                target in before.get(finding.name, set()),
-            )
-        )
+        claim = HeaderClaim(finding.name, (target,), (), None, finding.kind, finding.describe(), carried=False)
+        claims.append(_carried(claim, shown, earlier))
     return tuple(_acknowledged(c, entries, today) for c in claims)
+
+
+def _shown(audit: GuardAudit) -> dict[str, set[str]]:
+    """Every name an audit found, with the targets it found it at."""
+    found: dict[str, set[str]] = {}
+    for item in audit.breaks:
+        found.setdefault(item.name, set()).update(str(t) for t in item.missing_at or (item.visible_from,))
+    for finding in audit.header_findings:
+        found.setdefault(finding.name, set()).add(str(finding.target))
+    return found
+
+
+def _carried(claim: HeaderClaim, shown: Sequence[dict[str, set[str]]], earlier: Sequence[GuardAudit]) -> HeaderClaim:
+    """Walk back from the previous release while each release's headers showed the claim at all its targets: the
+    last one that did introduced it ('<=R' when the walk ran out of audited releases before it ended)."""
+    back = 0
+    while back < len(shown) and set(claim.targets) <= shown[back].get(claim.name, set()):
+        back += 1
+    if back == 0:
+        return claim
+    since = earlier[back - 1].release
+    return dataclasses.replace(claim, carried=True, since=f"<={since}" if back == len(shown) else since)
 
 
 def _acknowledged(claim: HeaderClaim, entries: Sequence[KnownBreak], today: datetime.date) -> HeaderClaim:
@@ -117,16 +129,27 @@ def _acknowledged(claim: HeaderClaim, entries: Sequence[KnownBreak], today: date
 
 @dataclasses.dataclass(frozen=True)
 class ProbeCell:
-    """A header probe cell: where the probe built at a target ran, and what it could not resolve."""
+    """A header probe cell: where the probe built at a target ran, and what it could not resolve; carried: those
+    of its missing names that are carried header findings (all of them: the cell fails for nothing new)."""
 
     id: str
     target: str | None
     runtime: str
     verdict: str
     missing: tuple[str, ...]
+    carried: tuple[str, ...] = ()
+
+    @property
+    def failing(self) -> bool:
+        return self.verdict in FAILED
+
+    @property
+    def carried_only(self) -> bool:
+        """It failed, naming what it misses, and every name is a carried finding."""
+        return self.failing and bool(self.missing) and set(self.missing) <= set(self.carried)
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self) | {"missing": list(self.missing)}
+        return dataclasses.asdict(self) | {"missing": list(self.missing), "carried": list(self.carried)}
 
 
 FAILED = (Verdict.BROKEN, Verdict.KNOWN_BREAK)  # a probe cell that did not load, acknowledged or not
@@ -137,12 +160,25 @@ def is_probe(cell: CellResult) -> bool:
     return cell.generated == HEADER_PROBE
 
 
-def probe_cells(cells: Iterable[CellResult]) -> tuple[ProbeCell, ...]:
-    return tuple(
-        ProbeCell(c.id, c.target, c.runtime_torch, c.verdict.value, c.missing_names if c.verdict in FAILED else ())
-        for c in cells
-        if is_probe(c)
-    )
+def probe_cells(cells: Iterable[CellResult], claims: Sequence[HeaderClaim] = ()) -> tuple[ProbeCell, ...]:
+    """The probe's cells, each failing one's missing names attributed: carried when claims has it carried."""
+    carried = {c.name for c in claims if c.carried}
+    found: list[ProbeCell] = []
+    for cell in cells:
+        if not is_probe(cell):
+            continue
+        missing = cell.missing_names if cell.verdict in FAILED else ()
+        found.append(
+            ProbeCell(
+                cell.id,
+                cell.target,
+                cell.runtime_torch,
+                cell.verdict.value,
+                missing,
+                tuple(m for m in missing if m in carried),
+            )
+        )
+    return tuple(found)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,12 +191,34 @@ class OpEvidence:
     at_risk: dict[str, int]  # breaking changes no extension of the matrix calls, by namespace
     compatible: int  # new overloads and compatible schema changes
     called_ops: int  # distinct ops the matrix's extensions call
+    breaking: tuple[OpChange, ...] = ()  # every removed overload and BC-breaking schema change, called or not
+
+    def callers(self, change: OpChange) -> tuple[str, ...]:
+        """The matrix's extensions that call the changed overload (none: at risk only)."""
+        return next((by for c, by in self.breaking_called if c == change), ())
+
+    def families(self) -> tuple[str, ...]:
+        """Every breaking change named, the overloads of one op that share a cause on one line ('aten::all (2
+        overloads: .dimname, .dimname_out): overload removed'; one alone by its full name), the ones the matrix
+        calls first, marked."""
+        groups: dict[tuple[str, str], list[OpChange]] = {}
+        for change in self.breaking:
+            groups.setdefault((change.op.partition(".")[0], change.what), []).append(change)
+        lines: list[tuple[bool, str]] = []
+        for (op, what), changes in groups.items():
+            overloads = ", .".join(c.op.partition(".")[2] or "default" for c in changes)
+            named = changes[0].op if len(changes) == 1 else f"{op} ({len(changes)} overloads: .{overloads})"
+            by = sorted({name for c in changes for name in self.callers(c)})
+            called = f" (called by {', '.join(by)})" if by else ""
+            lines.append((not by, f"{named}: {what}{called}"))
+        return tuple(line for _, line in sorted(lines, key=lambda item: item[0]))
 
     def to_json(self) -> dict[str, Any]:
         return {
             "compared": self.compared,
             "why_not": self.why_not or None,
             "breaking_called": [c.to_json() | {"called_by": list(by)} for c, by in self.breaking_called],
+            "breaking": [c.to_json() | {"called_by": list(self.callers(c))} for c in self.breaking],
             "at_risk_by_namespace": dict(sorted(self.at_risk.items())),
             "compatible_changes": self.compatible,
             "called_ops": self.called_ops,
@@ -193,6 +251,7 @@ def op_evidence(
         at_risk=dict(at_risk),
         compatible=compatible,
         called_ops=len(called_ops),
+        breaking=tuple(breaking),
     )
 
 

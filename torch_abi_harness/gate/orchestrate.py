@@ -69,6 +69,7 @@ class GateRequest:
     candidate_wheel: Path | None = None
     baseline: Path | None = None
     replay_from: Version | None = None  # `gate --replay`: every release of the matrix from this one on
+    strict: bool = False  # --strict: what the candidate carries from earlier releases is a reason too
 
     def __post_init__(self) -> None:
         if self.replay_from is not None:
@@ -148,7 +149,7 @@ def gate_on(request: GateRequest, plain: Matrix, baseline: RunResult | None, hoo
     started = time.monotonic()
     oldest = oldest_served(plain)
     hooks.step("headers", f"torch {candidate} at every target from {oldest}")
-    audit, before = header_audits(prepared, oldest)
+    audit, earlier = header_audits(prepared, oldest)
     if audit.cuda is not None:
         hooks.step("headers", audit.cuda.note())
     timings["header_audit"] = time.monotonic() - started
@@ -161,7 +162,7 @@ def gate_on(request: GateRequest, plain: Matrix, baseline: RunResult | None, hoo
         ops = op_schema_evidence(prepared, executed)
         timings["op_schema_diff"] = time.monotonic() - started
         result = against(baseline, executed, hooks)
-        claims = header_claims(audit, before, executed.run.known_breaks, datetime.date.today())
+        claims = header_claims(audit, earlier, executed.run.known_breaks, datetime.date.today())
         gate = decide(
             candidate,
             str(previous),
@@ -169,6 +170,7 @@ def gate_on(request: GateRequest, plain: Matrix, baseline: RunResult | None, hoo
             executed.run,
             result,
             ReleaseEvidence(claims, headers_audited=True, ops=ops, timings=timings),
+            strict=request.strict,
         )
         gate = with_cuda_side(gate, audit)
     except HarnessError:
@@ -194,17 +196,31 @@ def prepare(request: GateRequest, plain: Matrix) -> _Prepared:
     return _Prepared(candidate, previous, env, plan, plain, manifest)
 
 
-def header_audits(prepared: _Prepared, oldest: ApiLevel) -> tuple[GuardAudit, GuardAudit | None]:
+def header_audits(prepared: _Prepared, oldest: ApiLevel) -> tuple[GuardAudit, tuple[GuardAudit, ...]]:
     """The candidate's headers audited at every target from the oldest the matrix serves, each claim confirmed
-    by compiling against its env's torch/include; the previous release's from the packaged data, to tell
-    inherited findings from new ones (None when the harness never preprocessed them)."""
+    by compiling against its env's torch/include; then, from the packaged data, the previous release's and each
+    earlier one's, newest first, as long as the harness preprocessed their headers: the walk back that tells a
+    carried finding from a new one, and finds the release that introduced it (empty: the previous release's
+    headers were never preprocessed)."""
     include = prepared.env.torch_lib.parent / "include"
-    previous, manifest = str(prepared.previous), prepared.manifest
+    manifest = prepared.manifest
     audit = audit_guards(manifest, str(prepared.candidate), oldest, include, probe=True)
-    before = None
-    if previous in packaged_visibility() and ApiLevel.of(prepared.previous) >= OLDEST_TARGET:
-        before = audit_guards(manifest, previous, oldest, None, probe=False)
-    return audit, before
+    return audit, tuple(audit_guards(manifest, r, oldest, None, probe=False) for r in earlier_audited(prepared))
+
+
+def earlier_audited(prepared: _Prepared) -> list[str]:
+    """The previous release and the manifest's releases before it, newest first, up to the first the harness
+    cannot audit (headers never preprocessed, or older than the oldest target)."""
+    visible = packaged_visibility()
+    older = sorted((Version(r) for r in prepared.manifest.releases if Version(r) <= prepared.previous), reverse=True)
+    found: list[str] = []
+    if not older or older[0] != prepared.previous:  # a previous release the manifest does not know
+        return found
+    for release in older:
+        if str(release) not in visible or ApiLevel.of(release) < OLDEST_TARGET:
+            break
+        found.append(str(release))
+    return found
 
 
 def with_cuda_side(gate: Gate, audit: GuardAudit) -> Gate:

@@ -113,15 +113,15 @@ def run_replay(request: GateRequest, hooks: GateHooks) -> ReplayOutcome:
 
 
 def replay_markdown(rows: list[ReplayRow], seconds: float) -> str:
-    """The replay table: each release's decision and the evidence behind it, counted, with the declarations
-    its own headers brought (the regressions; inherited ones are counted)."""
+    """The replay table: each release's decision and the evidence behind it, counted new apart from carried, with
+    the latent breaks the release introduced (its headers' new findings), named."""
     today = datetime.date.today().isoformat()
     lines = [
         f"# Release gate replayed ({today}, {seconds / 60:.1f} min)",
         "",
-        "| candidate | against | decision | header findings: new / inherited / acknowledged | probe cells failing "
-        "| removed exports | called ops broken | other broken cells | declarations the candidate's headers brought "
-        "| published wheels: modules kept / lost / gained |",
+        "| candidate | against | decision | header findings: new / carried / acknowledged "
+        "| probe cells failing: new / carried | removed exports | called ops broken | other broken cells "
+        "| introduced here | published wheels: modules kept / lost / gained |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
@@ -136,16 +136,23 @@ def replay_markdown(rows: list[ReplayRow], seconds: float) -> str:
 def _counted(facts: GateEvidence) -> str:
     """A decided row's cells after its decision: the evidence counted, the new declarations named (four)."""
     findings = facts.headers
-    new = [c.name for c in findings if not c.inherited]
+    new = [c.name for c in findings if not c.carried]
     acknowledged = sum(1 for c in findings if c.acknowledged_by)
-    failing = sum(1 for p in facts.probe_cells if p.verdict in ("broken", "known_break"))
     called = len(facts.op_schemas.breaking_called) if facts.op_schemas else 0
     others = [c for c in facts.broken_cells if not c.probe]
     shown = ", ".join(md_code(n) for n in new[:4]) + (f" (+{len(new) - 4})" if len(new) > 4 else "")
     return (
-        f"{len(new)} / {len(findings) - len(new)} / {acknowledged} | {failing} of {len(facts.probe_cells)} | "
+        f"{len(new)} / {len(findings) - len(new)} / {acknowledged} | {_probes_counted(facts)} | "
         f"{len(facts.removed_exports)} | {called} | {len(others)} | {shown or 'none'} | {_ecosystem(facts)}"
     )
+
+
+def _probes_counted(facts: GateEvidence) -> str:
+    """'1 / 2 of 38': the failing probe cells that miss something the candidate brings, those missing only
+    carried declarations, of all the probe's cells."""
+    failing = [p for p in facts.probe_cells if p.failing]
+    carried = sum(p.carried_only for p in failing)
+    return f"{len(failing) - carried} / {carried} of {len(facts.probe_cells)}"
 
 
 def _ecosystem(facts: GateEvidence) -> str:

@@ -258,6 +258,17 @@ class Beside:
     def read(cls, run_dir: Path | None) -> Beside:
         return cls(_read_json(run_dir, DIFF_FILE), _read_json(run_dir, GATE_FILE))
 
+    @property
+    def carried(self) -> list[str]:
+        """What the gate's candidate carries from earlier releases: gate.json's lines from version 3 on; before
+        it, its header findings marked 'inherited' (the same notion, by its old name)."""
+        if self.gate is None:
+            return []
+        if "carried" in self.gate:
+            return [str(line) for line in self.gate["carried"]]
+        findings = (self.gate.get("headers") or {}).get("findings") or []
+        return [f"header finding {f.get('detail', f.get('name'))} [inherited]" for f in findings if f.get("inherited")]
+
 
 def render(run: RunResult, run_dir: Path | None = None, beside: Beside | None = None) -> str:
     """The page for a run; run_dir (where results.json lies) adds log tails, and diff.json and gate.json from
@@ -292,6 +303,7 @@ def render(run: RunResult, run_dir: Path | None = None, beside: Beside | None = 
         state_meaning=STATE_MEANING,
         diff=beside.diff,
         gate=beside.gate,
+        gate_carried=beside.carried,
         cells_json=script_json(cells),
         finding_mark=FINDING_MARK,
         builds=_builds_shown(run),
