@@ -5,8 +5,10 @@ the files its cell is importing."""
 
 import os
 import re
+import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -60,7 +62,11 @@ def _only_cell(reports: Path) -> dict:
 
 
 def test_C2_a_damaged_env_is_repaired_only_once_the_run_using_it_has_ended(workspace, copied_env, catalogue) -> None:
-    go = workspace.root / "go"
+    # The go signal sits where the cell's uid (nobody) can see it: pytest's tmp_path is under a 0700 directory
+    # the cell's world covers.
+    signals = Path(tempfile.mkdtemp(prefix="harness-c2-"))
+    signals.chmod(0o755)
+    go = signals / "go"
     workspace.add_extension("holder", HOLDS.replace("@GO@", str(go)))
     workspace.write_matrix("  - extension: holder\n    torch: 2.13.0\n    target: '2.10'\n")
     first_reports, second_reports = workspace.root / "reports-1", workspace.root / "reports-2"
@@ -92,6 +98,7 @@ def test_C2_a_damaged_env_is_repaired_only_once_the_run_using_it_has_ended(works
                 proc.wait()
         if said is not None:
             said.text()
+        shutil.rmtree(signals, ignore_errors=True)
     first_cell, second_cell = _only_cell(first_reports), _only_cell(second_reports)
     waited = re.search(r"\.use: ours after ([\d.]+) s", second_out)
     catalogue(

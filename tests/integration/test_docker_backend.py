@@ -172,8 +172,10 @@ def test_same_cells_and_statuses_as_the_venv_backend_and_nothing_left_running(
         assert (in_docker[cell_id], docker_cells[cell_id]["reason"]) == ("PASS", "13 passed"), cell_id
     venv_cell = cells_by_id(latest_results(workspace / "venv"))["escape@b2.13.0-t2.10~r2.15.0-cpu"]
     assert venv_cell["status"] == "TEST_FAILED"
-    assert "test_escape::test_unprivileged" in venv_cell["failing_tests"]
-    assert "test_escape::test_no_network_interface_but_loopback" in venv_cell["failing_tests"]
+    # The venv sandbox gives a cell nobody's uid, no capabilities and a loopback-only network too (the cell's
+    # world, execute/sandbox.py); its memory and process bounds are a cgroup the cell cannot see at
+    # /sys/fs/cgroup's root (no cgroup namespace), which is what the one failing check reads.
+    assert venv_cell["failing_tests"] == ["test_escape::test_memory_and_pids_are_limited"]
 
     results = latest_results(workspace / "docker")
     assert results["backend"] == "docker"

@@ -330,8 +330,8 @@ class ForkserverBackend(VenvBackend):
 
     executor = ExecutorKind.FORKSERVER
 
-    def __init__(self, preload: Sequence[str] = ()) -> None:
-        super().__init__()
+    def __init__(self, preload: Sequence[str] = (), cache_dir: Path | None = None) -> None:
+        super().__init__(cache_dir)
         self.preload = tuple(preload)  # modules each server imports after torch and pytest
         self._servers: dict[Runtime, Server | None] = {}
         self._starting: dict[Runtime, threading.Lock] = {}

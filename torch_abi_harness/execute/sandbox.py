@@ -170,7 +170,10 @@ def reveals(paths: Sequence[Path], uid: int | None) -> list[tuple[str, list[str]
     """For each topmost ancestor uid cannot traverse, the paths under it to bind back (none nested in another)."""
     if uid is None:
         return []
-    wanted = _existing(paths)
+    # each path where it resolves to and where it is named: an env linked into another cache (a symlink) is read by
+    # its linked name (the interpreter's sys.prefix), which must lead somewhere inside the cell too
+    named = dict.fromkeys(os.path.abspath(p) for p in paths if p.exists())
+    wanted = sorted({*_existing(paths), *named}, key=lambda p: (p.count(os.sep), p))
     wanted = [p for p in wanted if not any(p != q and p.startswith(q.rstrip("/") + "/") for q in wanted)]
     grouped: dict[str, list[str]] = {}
     for path in wanted:
@@ -194,6 +197,17 @@ def hand_over(paths: Sequence[Path], uid: int | None) -> None:
 
 
 def readable_by_all(top: Path) -> None:
+    """top, a file or a directory and all it holds, readable by any uid (see _readable_by_all)."""
+    mode = os.lstat(top).st_mode
+    if stat.S_ISREG(mode) and mode & 0o004 != 0o004:
+        os.chmod(top, stat.S_IMODE(mode) | 0o004)
+    elif stat.S_ISDIR(mode):
+        if mode & 0o005 != 0o005:
+            os.chmod(top, stat.S_IMODE(mode) | 0o005)
+        _readable_by_all(top)
+
+
+def _readable_by_all(top: Path) -> None:
     """Let any uid read what top holds (files o+r, directories o+rx) where the harness wrote it 0600 (mkstemp's
     mode, before write_atomic gave files open()'s): a build's site made by an earlier harness, read by a cell that
     runs as nobody. Modes only; no link is followed."""

@@ -165,8 +165,9 @@ def cell_reads(request: CellRequest, view: CellView) -> tuple[Path, ...]:
 class VenvBackend(Executor):
     name = Backend.VENV
 
-    def __init__(self) -> None:
+    def __init__(self, cache_dir: Path | None = None) -> None:
         super().__init__()
+        self.cache_dir = cache_dir.resolve() if cache_dir is not None else None  # the harness's: what it wrote
         self.sandbox = sandbox.detect()
         self.groups = cgroups.detect() if self.sandbox.isolated else cgroups.Groups(None, "no sandbox")
         self._opened: set[Path] = set()  # builds' sites made readable by the cells' uid
@@ -243,10 +244,23 @@ class VenvBackend(Executor):
             (request.out_dir,), cell_reads(request, view), group.procs if group else (), request.out_dir
         )
         sandbox.hand_over([request.out_dir], world.uid)
-        if world.uid is not None and request.site not in self._opened:
-            sandbox.readable_by_all(request.site)
-            self._opened.add(request.site)
+        if world.uid is not None:
+            self._open_cached(request, view)
         return world, group
+
+    def _open_cached(self, request: CellRequest, view: CellView) -> None:
+        """What the cell reads from the harness's cache (the build's site, the tests and interposers the harness
+        generated: a header probe's, a mutant's) readable by the cell's uid, once a run: an earlier harness wrote
+        such files 0600. Never the user's own files, never an env (read by all already, and large)."""
+        cache = self.cache_dir
+        candidates = [request.site, *(Path(a) for a in view.argv[1:] if a.startswith("/")), *request.preload]
+        for path in candidates:
+            if path in self._opened or not path.exists():
+                continue
+            real = path.resolve()
+            if path == request.site or (cache is not None and real.is_relative_to(cache)):
+                sandbox.readable_by_all(real)
+            self._opened.add(path)
 
     def start(self, request: CellRequest, view: CellView, stdout: CappedLog, stderr: CappedLog) -> Launched:
         world, group = self.world(request, view)

@@ -62,7 +62,7 @@ class BackendChoice:
 
 
 def _venv_backend(matrix: Matrix, cache_dir: Path, choice: BackendChoice) -> Executor:
-    return VENV_EXECUTORS[choice.executor](matrix)
+    return VENV_EXECUTORS[choice.executor](matrix, cache_dir)
 
 
 def _docker_backend(matrix: Matrix, cache_dir: Path, choice: BackendChoice) -> Executor:
@@ -77,9 +77,9 @@ def _docker_backend(matrix: Matrix, cache_dir: Path, choice: BackendChoice) -> E
 
 
 # How the venv backend starts each cell's process (`run --executor`).
-VENV_EXECUTORS: dict[ExecutorKind, Callable[[Matrix], Executor]] = {
-    ExecutorKind.FORKSERVER: lambda matrix: ForkserverBackend(matrix.settings.preload),
-    ExecutorKind.FRESH: lambda matrix: VenvBackend(),
+VENV_EXECUTORS: dict[ExecutorKind, Callable[[Matrix, Path], Executor]] = {
+    ExecutorKind.FORKSERVER: lambda matrix, cache_dir: ForkserverBackend(matrix.settings.preload, cache_dir),
+    ExecutorKind.FRESH: lambda matrix, cache_dir: VenvBackend(cache_dir),
 }
 # Where cells run (`run --backend`): each backend's factory.
 BACKENDS: dict[Backend, Callable[[Matrix, Path, BackendChoice], Executor]] = {
