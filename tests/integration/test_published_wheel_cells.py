@@ -184,4 +184,4 @@ def test_torchao_census_agrees_with_a_plain_load_module_by_module(tmp_path: Path
         "none on 2.10.0, 2.13.0 (cuda-major; no-cuda)**" in text
     )
     assert harness("census", reports / "latest", "--check", page, cwd=tmp_path).returncode == 0
-    assert json.loads((reports / "latest" / "results.json").read_text())["schema_version"] == 8
+    assert json.loads((reports / "latest" / "results.json").read_text())["schema_version"] == 9

@@ -100,7 +100,7 @@ def test_plan_and_run_print_versioned_json_alone_on_stdout(tmp_path: Path, capsy
     assert code == 0
     results = json.loads(out)  # nothing else on stdout
     jsonschema.validate(results, load_schema("results"))
-    assert results["schema_version"] == 8 and results["cells"] == []
+    assert results["schema_version"] == 9 and results["cells"] == []
     assert "every promise kept (exit 0)" in err and "report:" in err
 
 

@@ -40,7 +40,7 @@ def test_results_json_carries_them_from_version_3_and_round_trips(tmp_path: Path
     run = run_of(dataclasses.replace(KEPT, doc_differences=(SEEN,)), EXPECTED_FAIL, BROKEN)
     data = json.loads(write_report(run, tmp_path)["results"].read_text())
     jsonschema.validate(data, load_schema("results"))
-    assert data["schema_version"] == 8
+    assert data["schema_version"] == 9
     cell = next(c for c in data["cells"] if c["id"] == KEPT.id)
     assert cell["doc_differences"] == [{"key": "enum_int", "text": ENUM, "tests": ["t.py::test_dtype[torch.float32]"]}]
     assert sorted(load_results(tmp_path / "results.json").cells, key=str) == sorted(run.cells, key=str)

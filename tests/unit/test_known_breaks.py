@@ -82,7 +82,7 @@ def test_results_json_version_6_carries_them_and_round_trips(tmp_path: Path) -> 
     files = write_report(run, tmp_path)
     data = json.loads(files["results"].read_text())
     jsonschema.validate(data, load_schema("results"))
-    assert data["schema_version"] == 8 and data["exit_code"] == 0 and data["summary"]["known_break"] == 1
+    assert data["schema_version"] == 9 and data["exit_code"] == 0 and data["summary"]["known_break"] == 1
     assert [(k["name"], k["state"], k["matched"], k["expires"]) for k in data["known_breaks"]] == [
         ("dispatch-keys", "accepted", [CLASSIC.id], TODAY.isoformat()),
         ("typo", "unmatched", [], TODAY.isoformat()),

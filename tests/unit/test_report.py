@@ -83,7 +83,7 @@ def test_results_json_matches_its_schema_and_round_trips(tmp_path: Path) -> None
     files = write_report(run, tmp_path)
     data = json.loads(files["results"].read_text())
     jsonschema.validate(data, load_schema("results"))
-    assert data["schema_version"] == 8 and data["exit_code"] == 1
+    assert data["schema_version"] == 9 and data["exit_code"] == 1
     assert [c["id"] for c in data["cells"]] == sorted(c["id"] for c in data["cells"])
     assert data["summary"] == {
         "kept": 1,

@@ -64,7 +64,7 @@ def test_results_json_records_the_host(tmp_path: Path) -> None:
     run = dataclasses.replace(run_of(KEPT), hosts=(host,))
     data = json.loads(write_report(run, tmp_path)["results"].read_text())
     jsonschema.validate(data, load_schema("results"))
-    assert data["hosts"] == [dataclasses.asdict(host)] and data["schema_version"] == 8
+    assert data["hosts"] == [dataclasses.asdict(host)] and data["schema_version"] == 9
     assert load_results(tmp_path / "results.json").hosts == (host,)
     # A host without a compiler or nvcc says so, not a guess.
     bare = HostFacts.probe({"PATH": str(tmp_path), "CXX": "no-such-c++"})

@@ -32,7 +32,7 @@ from torch_abi_harness.verdict import Expected, Verdict
 # extension's files), which its identity covers; 8: the builds as records (`build_results`: each build's verdict,
 # reason, findings and the target it was really compiled for), the NOT_RUN status and verdict, exit code 4; each
 # cell's modules (a published wheel's derived suite), the host-library class, and the run's published-wheel builds.
-RESULTS_SCHEMA_VERSION = 8
+RESULTS_SCHEMA_VERSION = 9  # 9: a known break's acknowledge_all
 
 
 @dataclasses.dataclass(frozen=True)
