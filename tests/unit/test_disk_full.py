@@ -8,8 +8,9 @@ import pytest
 from tests.unit.test_collect import LOADED, cell
 from torch_abi_harness.core.status import Status
 from torch_abi_harness.execute.api import CellExecution
-from torch_abi_harness.run import collect
-from torch_abi_harness.run.collect import classify, says_no_space
+from torch_abi_harness.run import disk
+from torch_abi_harness.run.collect import classify
+from torch_abi_harness.run.disk import says_no_space
 
 FAILED = """<testsuites><testsuite name="pytest" tests="2" time="0.5">
 <testcase classname="test_x" name="test_ok" time="0.1"/>
@@ -48,7 +49,7 @@ def test_a_passing_cell_that_printed_the_words_still_passes(tmp_path: Path) -> N
 def test_little_free_space_after_the_cell_is_a_full_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Measured by statvfs right after the cell: a threshold above what any disk here has stands in for a
     disk with less than 16 MB free (the real one is the fault tier's)."""
-    monkeypatch.setattr(collect, "LOW_DISK_BYTES", 2**62)
+    monkeypatch.setattr(disk, "LOW_DISK_BYTES", 2**62)
     outcome = classify(failed_cell(tmp_path), 60)
     assert outcome.status is Status.ERROR
     assert outcome.reason.startswith(f"the disk holding {tmp_path} was full while the cell ran (")

@@ -5,17 +5,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
 import signal
 import stat
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from torch_abi_harness.core.status import Status
 from torch_abi_harness.execute.api import CellExecution
 from torch_abi_harness.results.cases import CaseCounts, DocDifference, ModuleLoad, doc_differences, module_loads
+from torch_abi_harness.run import disk
+from torch_abi_harness.run.missing import missing_fix
 from torch_abi_harness.static.symbols import demangle
 from torch_abi_harness.static.testing_names import import_hint
 
@@ -27,11 +28,6 @@ PYTEST_EXIT = {
 }
 LOAD_FAILED_EXIT = 10  # harness_cellprobe.LOAD_FAILED_EXIT
 SKIP_EXIT = 11  # harness_cellprobe.SKIP_EXIT
-# Less free space than this, right after a failed cell, where it wrote or what it ran on: its failure proves
-# nothing (a test that writes a few MB, a compiler's temp files, a Triton cache need that much).
-LOW_DISK_BYTES = 16 * 2**20
-# What a write that found its disk full says: strerror(ENOSPC) as Python, the C library and shells print it.
-NO_SPACE = (b"No space left on device", b"[Errno 28]", b"ENOSPC")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,18 +35,6 @@ class JunitReport:
     counts: CaseCounts
     failing: tuple[str, ...]
     seconds: float
-
-
-# Where a module's import name is not its distribution's, for the fix a missing one suggests.
-DISTRIBUTION_OF = {
-    "PIL": "pillow",
-    "attr": "attrs",
-    "bs4": "beautifulsoup4",
-    "cv2": "opencv-python",
-    "dateutil": "python-dateutil",
-    "sklearn": "scikit-learn",
-    "yaml": "PyYAML",
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,20 +76,6 @@ class ImportFailure:
         if hint:
             text += f"; {hint}"
         return text + (f"; {missing_fix([self.missing], in_suite=self.in_suite)}" if self.missing else "")
-
-
-def missing_fix(modules: Sequence[str], *, in_suite: bool = False) -> str:
-    """What to do about top-level modules the runtime's path does not provide."""
-    names = ", ".join(map(repr, modules))
-    if in_suite:
-        return (
-            f"{names} is the suite's own module: cells run pytest with --import-mode=importlib, which does not "
-            "put the test directory on sys.path (make the tests a package, or import it through one)"
-        )
-    distributions = ", ".join(DISTRIBUTION_OF.get(m, m) for m in modules)
-    return (
-        f"the runtime has no {names}: declare what the suite needs in extension.yaml (test_requires: [{distributions}])"
-    )
 
 
 T = TypeVar("T")
@@ -324,48 +294,11 @@ def bound_reached(seen: Seen) -> Found | None:
     return Found(Status.ERROR, seen.execution.bound) if seen.execution.bound else None
 
 
-def free_bytes(path: Path) -> int | None:
-    """Free space on the file system holding path (statvfs), for an unprivileged writer; None if unknown."""
-    try:
-        return shutil.disk_usage(path).free
-    except OSError:
-        return None
-
-
-def says_no_space(paths: Sequence[Path], chunk: int = 2**20) -> bool:
-    """Whether any of these files (the cell's logs, its junit report) holds ENOSPC's words, read without
-    following a link, a chunk at a time (a log may be 64 MB)."""
-    overlap = max(map(len, NO_SPACE))
-    for path in paths:
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
-            continue
-        with os.fdopen(fd, "rb") as handle:
-            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-                continue
-            tail = b""
-            while block := handle.read(chunk):
-                if any(words in tail + block for words in NO_SPACE):
-                    return True
-                tail = block[-overlap:]
-    return False
-
-
-def disks_of(execution: CellExecution) -> tuple[Path, ...]:
-    """Where a cell writes (its directory, which holds its logs) and what it ran on (its env, its build)."""
-    request = execution.request
-    if request is None:
-        return (execution.stdout.parent,)
-    env = request.runtime.env
-    return (request.out_dir, *((env.path,) if env is not None else ()), *filter(None, (request.build.site,)))
-
-
 def disk_full(seen: Seen) -> Found | None:
     """A cell that failed while a disk it needs was full: ERROR, the machine's fault, never broken.
 
     Caught: ENOSPC's words in the cell's stdout, stderr or junit report (a neighbour that filled the disk
-    and freed it again before the cell ended leaves only that), or less than LOW_DISK_BYTES free right
+    and freed it again before the cell ended leaves only that), or less than disk.LOW_DISK_BYTES free right
     after the cell on the disk holding its directory, its env or its build. Not caught: a full disk that
     the cell's code met and hid (caught the OSError, printed nothing) and that was freed before the cell
     ended. A suite may print those words itself: its failures then read ERROR, which still fails the run
@@ -373,13 +306,13 @@ def disk_full(seen: Seen) -> Found | None:
     execution = seen.execution
     if execution.decided or (not execution.timed_out and execution.returncode in (0, SKIP_EXIT)):
         return None
-    disks = disks_of(execution)
-    measured = [(path, free) for path in disks if (free := free_bytes(path)) is not None]
-    full = [(path, free) for path, free in measured if free < LOW_DISK_BYTES]
-    said = says_no_space((execution.stdout, execution.stderr, execution.junit))
+    disks = disk.disks_of(execution)
+    measured = [(path, free) for path in disks if (free := disk.free_bytes(path)) is not None]
+    full = [(path, free) for path, free in measured if free < disk.LOW_DISK_BYTES]
+    said = disk.says_no_space((execution.stdout, execution.stderr, execution.junit))
     if not full and not said:
         return None
-    path, free = full[0] if full else (disks[0], free_bytes(disks[0]))
+    path, free = full[0] if full else (disks[0], disk.free_bytes(disks[0]))
     after = f"{free / 2**20:.0f} MB free after" if free is not None else "free space unknown after"
     evidence = "; its output says 'No space left on device'" if said else ""
     return Found(
