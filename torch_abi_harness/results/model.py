@@ -13,7 +13,6 @@ from typing import Any
 from torch_abi_harness import __version__
 from torch_abi_harness.config import HEADER_PROBE, Generated, KnownBreak
 from torch_abi_harness.core.errors import BadInputError, ExitCode, InfrastructureError
-from torch_abi_harness.core.files import run_relative
 from torch_abi_harness.core.status import Condition, Status
 from torch_abi_harness.core.text import natural_key
 from torch_abi_harness.plan import PlanIdentity
@@ -21,6 +20,7 @@ from torch_abi_harness.provision.host import HostFacts
 from torch_abi_harness.results.cases import CaseCounts, DocDifference, ModuleLoad, PublishedBuild
 from torch_abi_harness.results.known_breaks import outcomes
 from torch_abi_harness.results.prediction import CellPrediction
+from torch_abi_harness.results.untrusted import own_files, published_builds
 from torch_abi_harness.verdict import Expected, Verdict
 
 # 2: each cell has its static prediction and findings; 3: and its doc_differences; 4: the run's plan identity
@@ -203,7 +203,7 @@ class Attempt:
 
     @classmethod
     def from_json(cls, data: dict[str, Any], cell: str = "?") -> Attempt:
-        logs = CellLogs.from_json(_own_files(cell, data["logs"]))
+        logs = CellLogs.from_json(own_files(cell, data["logs"]))
         return cls(Status(data["status"]), Verdict(data["verdict"]), data["reason"], data["seconds"], logs)
 
     def line(self, number: int) -> str:
@@ -322,7 +322,7 @@ class CellResult:
             failing_tests=tuple(data["failing_tests"]),
             missing_symbol=data["missing_symbol"],
             durations=Durations.from_json(data["durations"]),
-            logs=CellLogs.from_json(_own_files(data["id"], data["logs"])),
+            logs=CellLogs.from_json(own_files(data["id"], data["logs"])),
             prediction=CellPrediction.from_json(found) if (found := data.get("prediction")) else None,  # from 2
             findings=tuple(data.get("findings", ())),
             doc_differences=tuple(DocDifference.from_json(d) for d in data.get("doc_differences", ())),  # from 3
@@ -439,7 +439,7 @@ class RunResult:
             hosts=tuple(HostFacts.from_json(h) for h in data.get("hosts", ())),  # from 6
             known_breaks=tuple(KnownBreak.from_json(k) for k in data.get("known_breaks", ())),  # from 6
             candidate=data.get("candidate"),  # from 6
-            published=_published(data.get("published", ())),  # from 8
+            published=published_builds(data.get("published", ())),  # from 8
             builds=tuple(BuildRow.from_json(b) for b in data.get("build_results", ())),  # from 8
         )
 
@@ -485,32 +485,3 @@ def relative_logs(paths: Sequence[tuple[str, Path | None]], base: Path) -> CellL
         if path is not None and path.exists() and path.is_relative_to(base):
             out[name] = str(path.relative_to(base))
     return CellLogs.from_json(out)
-
-
-def _published(entries: Any) -> tuple[PublishedBuild, ...]:
-    """The published builds as results.json gives them, refused (bad input, naming the key) unless each filename is
-    a plain file name: `census --verify` opens it in the cache, and `../` must not reach a file outside it."""
-    found = []
-    for index, entry in enumerate(entries):
-        published = PublishedBuild.from_json(entry)
-        if "/" in published.filename or not run_relative(published.filename):
-            raise BadInputError(
-                f"published[{index}].filename is {published.filename!r}, not a file name in the cache's wheels/ "
-                "(a results.json names only the files it downloaded: this one was changed or written elsewhere)"
-            )
-        found.append(published)
-    return tuple(found)
-
-
-def _own_files(cell: str, logs: Any) -> dict[str, str]:
-    """A cell's logs as results.json gives them, refused (bad input, naming the cell and the field) unless each
-    is a plain relative path inside the run directory: `../../proc/self/environ` must not reach a report."""
-    if not isinstance(logs, dict):
-        raise BadInputError(f"cell {cell!r}: logs is {type(logs).__name__}, not a mapping of names to paths")
-    for name, path in logs.items():
-        if not isinstance(path, str) or not run_relative(path):
-            raise BadInputError(
-                f"cell {cell!r}: logs.{name} is {path!r}, not a path inside the run directory "
-                "(a results.json names only its own files: this one was changed or written elsewhere)"
-            )
-    return logs
