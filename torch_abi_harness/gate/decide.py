@@ -34,11 +34,11 @@ import enum
 from collections.abc import Sequence
 from typing import Any
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from torch_abi_harness.core.errors import BadInputError, ExitCode
 from torch_abi_harness.core.text import md_text
-from torch_abi_harness.core.versions import release_of
+from torch_abi_harness.gate.broken import BrokenCell, evidence_of, on_candidate
 from torch_abi_harness.gate.candidate import Candidate
 from torch_abi_harness.gate.ecosystem import Ecosystem, apart, compare
 from torch_abi_harness.gate.evidence import HeaderClaim, OpEvidence, ProbeCell, is_probe, probe_cells
@@ -71,24 +71,6 @@ class Reason:
 
     def to_json(self) -> dict[str, Any]:
         return {"title": self.title, "evidence": list(self.evidence)}
-
-
-@dataclasses.dataclass(frozen=True)
-class BrokenCell:
-    """A broken cell as gate.json lists it; probe: a cell of the header probe (not written)."""
-
-    id: str
-    status: str
-    reason: str
-    missing: tuple[str, ...]
-    probe: bool = False
-
-    @classmethod
-    def of(cls, cell: CellResult) -> BrokenCell:
-        return cls(cell.id, cell.status.value, cell.reason, cell.missing_names, is_probe(cell))
-
-    def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "status": self.status, "reason": self.reason, "missing": list(self.missing)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,40 +207,6 @@ def _ops_section(ops: OpEvidence | None) -> list[str]:
     called = len(ops.breaking_called)
     head = f"## Operators removed or changed incompatibly ({len(ops.breaking)}; {called} called by the matrix's builds)"
     return [head, "", *(f"- {md_text(line)}" for line in ops.families()), ""]
-
-
-def direction(cell: CellResult, candidate: Candidate) -> str:
-    """Which way a cell tests the candidate: built on it (forward), run on it (backward), or neither."""
-    built, runs = _on(cell.build_torch, candidate), _on(cell.runtime_torch, candidate)
-    if built and runs:
-        return "built and run on the candidate"
-    if built:
-        return (
-            f"forward: built on the candidate for target {cell.target or 'its own level'}, run on {cell.runtime_torch}"
-        )
-    if runs:
-        return f"backward: built on {cell.build_torch}, run on the candidate"
-    return "not the candidate's cell"
-
-
-def evidence_of(cell: CellResult, candidate: Candidate, *, new: bool | None) -> str:
-    """A broken cell as evidence: what happened, the symbols it misses (and who first exports each), the tests."""
-    parts = [f"{cell.id}: {cell.status.value}: {cell.reason}", direction(cell, candidate)]
-    missing = cell.prediction.missing if cell.prediction else ()
-    if missing:
-        parts.append(
-            "missing " + ", ".join(f"{m.name} (first exported by {m.introduced or 'no release'})" for m in missing)
-        )
-    elif cell.missing_symbol:
-        parts.append(f"missing {cell.missing_symbol}")
-    if cell.failing_tests:
-        shown = ", ".join(cell.failing_tests[:5]) + (
-            f" (+{len(cell.failing_tests) - 5})" if len(cell.failing_tests) > 5 else ""
-        )
-        parts.append(f"failing tests {shown}")
-    if new is not None:
-        parts.append("new since the baseline" if new else "broken in the baseline too")
-    return "; ".join(parts)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -509,8 +457,8 @@ def _matrix_reasons(
 
 
 def _matrix_evidence(run: RunResult, candidate: Candidate, diff: RunDiff | None) -> list[str]:
-    forward = [c for c in run.cells if _on(c.build_torch, candidate)]
-    backward = [c for c in run.cells if _on(c.runtime_torch, candidate)]
+    forward = [c for c in run.cells if on_candidate(c.build_torch, candidate)]
+    backward = [c for c in run.cells if on_candidate(c.runtime_torch, candidate)]
     evidence = [f"matrix run {run.run_id}: {len(run.cells)} cells: {_counted(run.cells)}"]
     for label, cells in (("built on the candidate (forward)", forward), ("run on the candidate (backward)", backward)):
         evidence.append(f"{label}: {len(cells)} cells, {_counted(cells)}")
@@ -535,11 +483,3 @@ def _counted(cells: Sequence[CellResult]) -> str:
     """'28 kept, 21 expected failure, 0 broken': every verdict that occurs, and broken always."""
     counts = {v: sum(c.verdict is v for c in cells) for v in Verdict}
     return ", ".join(f"{n} {v.value.replace('_', ' ')}" for v, n in counts.items() if n or v is Verdict.BROKEN)
-
-
-def _on(torch: str, candidate: Candidate) -> bool:
-    """A cell's torch (as its result writes it, '2.13.0+cpu' too) is the candidate's release."""
-    try:
-        return Version(release_of(torch)) == candidate.version
-    except InvalidVersion:
-        return False
