@@ -58,3 +58,21 @@ def test_the_paths_an_interpreter_needs_are_read_from_its_argv_and_pyvenv_cfg(tm
     tests.mkdir()
     found = sandbox.readable_in([str(env / "bin" / "python"), "-m", "pytest", str(tests), "-q"])
     assert {env, base, tests} <= set(found)
+
+
+def test_a_linked_env_is_bound_back_where_it_is_named_and_where_it_lies() -> None:
+    """An env linked into another cache (a symlink under a directory nobody cannot traverse) is read by its linked
+    name (its interpreter's sys.prefix): that name must lead somewhere inside the cell too, not only its target."""
+    with tempfile.TemporaryDirectory(dir="/tmp") as top:
+        root = Path(top)
+        root.chmod(0o755)
+        shared, private = root / "shared", root / "private"
+        env = shared / "envs" / "torch"
+        env.mkdir(parents=True)
+        (private / "envs").mkdir(parents=True)
+        linked = private / "envs" / "torch"
+        linked.symlink_to(env)
+        shared.chmod(0o700)
+        private.chmod(0o700)
+        reveals = dict(sandbox.reveals([linked], sandbox.NOBODY))
+        assert reveals == {str(private): [str(linked)], str(shared): [str(env)]}
