@@ -16,8 +16,10 @@ from torch_abi_harness.config.author import known_releases, load_author_config
 from torch_abi_harness.config.defaults import ConfigKind, default_matrix_source
 from torch_abi_harness.config.target import source_target
 from torch_abi_harness.core.errors import BadInputError, ConfigError
+from torch_abi_harness.core.files import content_digest
 from torch_abi_harness.core.schema import load_schema
 from torch_abi_harness.core.versions import ApiLevel
+from torch_abi_harness.plan import BUILD_OUTPUTS
 
 LEVEL_2_10 = "0x020a000000000000"
 LEVEL_2_14 = "0x020e000000000000"
@@ -274,3 +276,14 @@ def test_every_key_of_the_schema_is_documented() -> None:
     page = (Path(__file__).parents[2] / "docs" / "reference" / "author-config.md").read_text()
     keys = load_schema("author")["properties"]
     assert [k for k in keys if f"`{k}`" not in page] == []
+
+
+def test_what_a_run_in_the_tree_leaves_does_not_change_the_builds_key(tmp_path: Path) -> None:
+    root = project(tmp_path)
+    before = content_digest(root, BUILD_OUTPUTS)
+    for left in ("reports/20261128-060115/results.json", ".git/HEAD", ".venv/pyvenv.cfg", ".nox/lint/x", "dist/a.whl"):
+        (root / left).parent.mkdir(parents=True, exist_ok=True)
+        (root / left).write_text("x")
+    assert content_digest(root, BUILD_OUTPUTS) == before
+    (root / "my_ops" / "ops.py").write_text("")
+    assert content_digest(root, BUILD_OUTPUTS) != before
