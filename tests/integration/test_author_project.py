@@ -27,32 +27,17 @@ setup(
     options={{"bdist_wheel": {{"py_limited_api": "cp39"}}}},
 )
 """
-PYPROJECT = """\
-[build-system]
-requires = ["setuptools>=64", "wheel", "torch"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "stable-basic"
-version = "0.1.0"
-requires-python = ">=3.9"
-
-[tool.setuptools]
-packages = ["stable_basic"]
-
-[tool.torch-abi-harness]
-releases = ["2.14.1", "2.15.0"]
-"""
+TABLE = '\n[tool.torch-abi-harness]\nreleases = ["2.14.1", "2.15.0"]\n'
 CELLS = ("stable_basic@b2.15.0-t2.14~r2.14.1-cpu", "stable_basic@b2.15.0-t2.14~r2.15.0-cpu")
 
 
 def author_project(root: Path) -> Path:
     """stable_basic's sources, suite and package as an author keeps them: no extension.yaml, no matrix; setup.py
-    states the target (2.14) itself, and pyproject.toml holds the table."""
+    states the target (2.14) itself, and its pyproject.toml holds the table."""
     for part in ("csrc", "stable_basic", "tests"):
         shutil.copytree(STABLE_BASIC / part, root / part, ignore=shutil.ignore_patterns("__pycache__"))
     (root / "setup.py").write_text(SETUP)
-    (root / "pyproject.toml").write_text(PYPROJECT)
+    (root / "pyproject.toml").write_text((STABLE_BASIC / "pyproject.toml").read_text() + TABLE)
     return root
 
 
