@@ -129,7 +129,7 @@ def test_a_table_in_both_files_is_refused(tmp_path: Path) -> None:
 
 
 def test_unknown_keys_and_wrong_types_name_the_key(tmp_path: Path) -> None:
-    table = 'tesst = "t"\nstable = "yes"\nreleases = ["2.15"]\ntarget = 2.10\n'
+    table = 'tesst = "t"\nstable = "yes"\nreleases = ["2.15"]\ntarget = 2.10\nvariants = ["gpu"]\n'
     found = problems(project(tmp_path, table))
     assert found == [
         "tool.torch-abi-harness.tesst: unknown key 'tesst'; allowed: build-torch, module, python, releases, stable, "
@@ -139,6 +139,8 @@ def test_unknown_keys_and_wrong_types_name_the_key(tmp_path: Path) -> None:
         "tool.torch-abi-harness.stable: 'yes' should be of type boolean",
         "tool.torch-abi-harness.target: 2.1 is a number; write the value as a string, in quotes "
         '(target = "2.10": unquoted, 2.10 is the number 2.1)',
+        "tool.torch-abi-harness.variants[0]: 'gpu' is not valid; expected a torch variant: 'auto' (whatever the "
+        "index serves), 'cpu', 'cuXYZ' or 'rocmX.Y'",
     ]
 
 
