@@ -42,10 +42,12 @@ def main() -> int:
     for name in sorted(wanted):
         schema = json.loads((SOURCE / name).read_text())
         if schema.get("$id") != published_url(name):
-            print(f"{SOURCE / name}: $id {schema.get('$id')!r}, the site serves it at {published_url(name)!r}")
+            sys.stderr.write(
+                f"{SOURCE / name}: $id {schema.get('$id')!r}, the site serves it at {published_url(name)!r}\n"
+            )
             return 1
         shutil.copyfile(SOURCE / name, PUBLISHED / name)
-    print(f"{len(wanted)} schema(s) in {PUBLISHED.relative_to(ROOT)}/")
+    sys.stdout.write(f"{len(wanted)} schema(s) in {PUBLISHED.relative_to(ROOT)}/\n")
     return 0
 
 

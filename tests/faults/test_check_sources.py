@@ -41,7 +41,8 @@ def real_wheel(folder: Path) -> Path:
         archive.write(module, "x/_C.abi3.so")
         archive.writestr("x/__init__.py", "")
         archive.writestr("x-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: x\nVersion: 1.0\n")
-        archive.writestr("x-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: cp39-abi3-linux_x86_64\n")
+        tag = "Tag: cp39-abi3-linux_x86_64\n"
+        archive.writestr("x-1.0.dist-info/WHEEL", f"Wheel-Version: 1.0\nRoot-Is-Purelib: false\n{tag}")
         archive.writestr("x-1.0.dist-info/RECORD", "")
     return path
 
@@ -155,7 +156,9 @@ def test_find_links_serves_a_local_wheel_and_a_source_given_with_a_file_is_refus
     env = user_env(tmp_path)
     argv = ["check", "x==1.0", "--find-links", str(links), "--index-url", empty.as_uri()]
     result = harness(*argv, cwd=tmp_path, env=env)
-    catalogue("S4", "check REQUIREMENT --find-links DIR holding the wheel", "resolved from DIR: exit 0", observed(result))
+    catalogue(
+        "S4", "check REQUIREMENT --find-links DIR holding the wheel", "resolved from DIR: exit 0", observed(result)
+    )
     assert result.returncode == 0, result.stdout
     assert f"x==1.0: {WHEEL} from {wheel.as_uri()}" in result.stdout
     given_a_file = harness("check", str(wheel), "--find-links", str(links), cwd=tmp_path, env=env)

@@ -13,8 +13,8 @@ import pytest
 from packaging.version import Version
 from test_report import KEPT, run_of
 
-from torch_abi_harness.core.schema import validator
 from torch_abi_harness.core.errors import BadInputError, ConfigError
+from torch_abi_harness.core.schema import validator
 from torch_abi_harness.core.status import Status
 from torch_abi_harness.core.versions import ApiLevel
 from torch_abi_harness.gate import orchestrate

@@ -107,7 +107,11 @@ def test_an_index_strategy_is_used_only_where_asked_for_and_says_who_asked(
         ({}, "", None),
         ({"SSL_CERT_FILE": "/s.pem"}, "", CaBundle("/s.pem", "$SSL_CERT_FILE")),
         ({"SSL_CERT_FILE": "/s.pem", "REQUESTS_CA_BUNDLE": "/r.pem"}, "", CaBundle("/r.pem", "$REQUESTS_CA_BUNDLE")),
-        ({"REQUESTS_CA_BUNDLE": "/r.pem"}, "/p.pem", CaBundle("/p.pem", "pip's configuration (`cert` in `pip config list`)")),
+        (
+            {"REQUESTS_CA_BUNDLE": "/r.pem"},
+            "/p.pem",
+            CaBundle("/p.pem", "pip's configuration (`cert` in `pip config list`)"),
+        ),
         ({"PIP_CERT": "/e.pem"}, "/p.pem", CaBundle("/e.pem", "$PIP_CERT")),
     ],
 )
@@ -122,7 +126,9 @@ def test_the_ca_bundle_is_the_one_pip_would_use_and_says_where_it_was_named(
 
 
 def test_a_ca_bundle_that_is_not_there_or_not_pem_is_bad_input_naming_who_named_it(tmp_path: Path) -> None:
-    with pytest.raises(BadInputError, match=r"\$PIP_CERT names '/no/such.pem' as the CA bundle for HTTPS: no such file"):
+    with pytest.raises(
+        BadInputError, match=r"\$PIP_CERT names '/no/such.pem' as the CA bundle for HTTPS: no such file"
+    ):
         tls_context(CaBundle("/no/such.pem", "$PIP_CERT"))
     junk = tmp_path / "junk.pem"
     junk.write_text("not a certificate\n")
