@@ -12,7 +12,7 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from rich.markup import escape
 
-from torch_abi_harness.cli.args import Command, cpython_version, existing_file, torch_variant
+from torch_abi_harness.cli.args import Command, cpython_version, existing_file, listing_sources, torch_variant
 from torch_abi_harness.cli.console import console, emit_json
 from torch_abi_harness.config import DEFAULT_PYTHON, Sources
 from torch_abi_harness.core.errors import BadInputError, ExitCode
@@ -69,16 +69,7 @@ def add_check(command: Command) -> None:
     sources.add_argument(
         "--index-url", default=None, metavar="URL", help="the index instead of pip's (default: PyPI, as pip's)"
     )
-    sources.add_argument(
-        "--extra-index-url", action="append", default=[], metavar="URL", help="another index (repeatable)"
-    )
-    sources.add_argument(
-        "--find-links",
-        action="append",
-        default=[],
-        metavar="DIR|URL",
-        help="a directory of wheels or a page of links (repeatable)",
-    )
+    listing_sources(sources, "to resolve it from (repeatable)")
     check.set_defaults(handler=cmd_check)
 
 
