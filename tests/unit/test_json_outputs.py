@@ -1,6 +1,6 @@
 """Every versioned JSON output has a schema in torch_abi_harness/schemas/, published where its `$id` says, and the
 real writers' output holds to it: `diff --json` and diff.json, mutation.json, replay.json, `abi-diff --json`,
-`audit-guards --json` (probed against a real torch env: tests/integration/test_audit_guards_json.py)."""
+`audit-guards --json` (probed against a real torch env: tests/integration/test_latent_guard_break.py)."""
 
 import dataclasses
 import importlib.util
