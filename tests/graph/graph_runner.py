@@ -16,7 +16,8 @@ declared artifacts passed between jobs. `run:` steps run for real with bash as G
   it. The jobs' PATH has no pyenv shims (a hosted runner has none): a CPython a job did not set up is not
   there. With `cache: pip`, pip's cache restored from the store at the start and saved at the end.
 - actions/upload-artifact / download-artifact: a copy into and out of an artifact store outside the job
-  (by `name`, or every artifact matching `pattern`, each in its own folder unless `merge-multiple`).
+  (by `name`, or every artifact matching `pattern`, each in its own folder unless `merge-multiple`); with
+  `archive: false` (v7) one file, its artifact named after it.
 - actions/cache/restore and save: restore seeds `path` from `seed_cache(key, path)` (the test decides
   what an earlier nightly of that job would have saved); save records the size it would upload.
 
@@ -498,8 +499,12 @@ class Runner:
         return save
 
     def upload(self, given: Mapping[str, Any], workspace: Path) -> dict[str, str]:
-        name = str(given["name"])
         source = workspace / str(given["path"])
+        if str(given.get("archive", "true")).lower() == "false":  # v7: one file, named after itself, not zipped
+            return self.upload_file(source, given)
+        name = str(given["name"])
+        if source.is_file():  # one file, zipped as an artifact of that name: the folder holds the file
+            return self.store_file(source, name)
         if not source.exists() or not any(source.iterdir()):
             if given.get("if-no-files-found", "warn") == "error":
                 raise ActionFailed(f"upload-artifact {name}: no files at {source}")
@@ -508,6 +513,25 @@ class Runner:
         target = self.artifacts / name
         shutil.rmtree(target, ignore_errors=True)
         shutil.copytree(source, target, ignore=None if given.get("include-hidden-files") else _hidden)
+        return {"artifact-id": name}
+
+    def upload_file(self, source: Path, given: Mapping[str, Any]) -> dict[str, str]:
+        """`archive: false`: the file itself is the artifact, and its name the artifact's (`name` is ignored); a path
+        that is not one file fails the step, as the action refuses it."""
+        if not source.is_file():
+            if source.exists():
+                raise ActionFailed(f"upload-artifact with archive: false: {source} is not a single file")
+            if given.get("if-no-files-found", "warn") == "error":
+                raise ActionFailed(f"upload-artifact {source.name}: no such file")
+            log.warning("upload-artifact %s: no such file", source.name)
+            return {}
+        return self.store_file(source, source.name)
+
+    def store_file(self, source: Path, name: str) -> dict[str, str]:
+        target = self.artifacts / name
+        shutil.rmtree(target, ignore_errors=True)
+        target.mkdir(parents=True)
+        shutil.copy2(source, target / source.name)
         return {"artifact-id": name}
 
     def download(self, given: Mapping[str, Any], workspace: Path) -> dict[str, str]:

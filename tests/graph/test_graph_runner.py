@@ -123,3 +123,23 @@ def test_a_job_that_needs_a_cpython_it_did_not_set_up_fails(
     if failed_step is not None:
         expected[failed_step:] = ["failure"] + ["skipped"] * (1 - failed_step)
     assert [step.outcome for step in record.steps] == expected
+
+
+def test_an_unzipped_upload_is_one_file_named_after_itself(runner: Runner, tmp_path: Path) -> None:
+    """upload-artifact v7's `archive: false`: the artifact is the file, named after it (`name` ignored); a folder is
+    refused as the action refuses it; a single file zipped under `name` lands in that artifact's folder."""
+    workspace = tmp_path / "ws"
+    (workspace / "report-html").mkdir(parents=True)
+    page = workspace / "report-html" / "stable-abi-report-cpu-4242.html"
+    page.write_text("<html></html>")
+    given = {"path": "report-html/stable-abi-report-cpu-4242.html", "archive": False, "name": "ignored"}
+    assert runner.upload(given, workspace) == {"artifact-id": page.name}
+    assert (runner.artifacts / page.name / page.name).read_text() == "<html></html>"
+    assert not (runner.artifacts / "ignored").exists()
+    with pytest.raises(ActionFailed, match="is not a single file"):
+        runner.upload({"path": "report-html", "archive": "false"}, workspace)
+    assert runner.upload({"path": "report-html/gone.html", "archive": False}, workspace) == {}
+    assert runner.upload({"path": page.relative_to(workspace), "name": "zipped"}, workspace) == {
+        "artifact-id": "zipped"
+    }
+    assert (runner.artifacts / "zipped" / page.name).is_file()

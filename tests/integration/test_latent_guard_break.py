@@ -13,6 +13,8 @@ from pathlib import Path
 
 from kit import cells_by_id, harness, latest_results, make_extension
 
+from torch_abi_harness.core.schema import validator
+
 CPP = """\
 #include <torch/csrc/stable/library.h>
 #include <cstring>
@@ -73,6 +75,7 @@ def test_audit_guards_claim_is_a_real_broken_promise(tmp_path: Path) -> None:
     assert audit.returncode == 1, audit.stdout + audit.stderr
     report = json.loads(audit.stdout)
     assert report["probed"] is True
+    validator("audit-guards").validate(report)  # the probed output, against a real torch env's headers
     claims = {b["name"]: b for b in report["latent_breaks"]}
     claim = claims["aoti_torch_int64_to_ivalue"]
     assert (claim["visible_from"], claim["first_exported"], claim["confirmed"]) == ("2.9", "2.10.0", True)

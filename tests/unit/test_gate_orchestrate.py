@@ -14,6 +14,7 @@ from packaging.version import Version
 from test_report import KEPT, run_of
 
 from torch_abi_harness.core.errors import BadInputError, ConfigError
+from torch_abi_harness.core.schema import validator
 from torch_abi_harness.core.status import Status
 from torch_abi_harness.core.versions import ApiLevel
 from torch_abi_harness.gate import orchestrate
@@ -156,6 +157,8 @@ def test_the_gate_loads_the_matrix_once_and_renders_report_html_once_with_its_de
     assert (str(gate.candidate), gate.previous) == ("2.15.0", "2.14.1")
     assert {p.name for p in outcome.written} == {"gate.md", "gate.json", "report.html", "diff.md", "diff.json"}
     assert json.loads((run_dir / "gate.json").read_text()) == json.loads(json.dumps(gate.to_json()))
+    validator("gate").validate(json.loads((run_dir / "gate.json").read_text()))
+    validator("diff").validate(json.loads((run_dir / "diff.json").read_text()))
     page = (run_dir / "report.html").read_text()
     assert 'id="gate-decision"' in page and f"Against baseline {outcome.diff.baseline}" in page  # type: ignore[union-attr]
     probes = [c for c in outcome.run.cells if c.generated == "header_probe"]
@@ -174,6 +177,9 @@ def test_a_replay_loads_the_matrix_once_for_all_its_candidates(tmp_path: Path, c
     assert all(r.gate is not None and r.run_dir is not None for r in outcome.rows)
     assert "replay 2.14.1 against 2.13.0" in hooks.shown
     assert (tmp_path / "reports" / "replay.md").read_text() == outcome.markdown
+    replay = json.loads((tmp_path / "reports" / "replay.json").read_text())
+    assert [row["decision"] for row in replay["rows"]] == [r.decision.value for r in outcome.rows]
+    validator("replay").validate(replay)  # each decided row's data through the $ref to gate.schema.json
 
 
 def test_a_gate_request_is_either_a_candidate_or_a_replay(tmp_path: Path) -> None:

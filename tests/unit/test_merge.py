@@ -12,7 +12,7 @@ import pytest
 from torch_abi_harness.cli import main
 from torch_abi_harness.config.matrix import load_matrix
 from torch_abi_harness.core.errors import BadInputError
-from torch_abi_harness.core.schema import load_schema
+from torch_abi_harness.core.schema import load_schema, validator
 from torch_abi_harness.core.status import Status
 from torch_abi_harness.plan import Cell, Plan, Shard, make_plan
 from torch_abi_harness.render.report import write_report
@@ -245,6 +245,7 @@ def test_merge_diffs_against_a_baseline_and_prints_json(
     assert verdicts[data["cells"][0]["id"]] == "broken" and "1 new break(s)" in err
     diff = json.loads((tmp_path / "m" / "latest" / "diff.json").read_text())
     assert diff["schema_version"] == 1 and [c["id"] for c in diff["new_breaks"]] == [data["cells"][0]["id"]]
+    validator("diff").validate(diff)
     markdown = (tmp_path / "m" / "latest" / "diff.md").read_text()
     assert "&lt;b&gt;oops&lt;/b&gt;" in markdown and "<b>" not in markdown
 

@@ -4,6 +4,8 @@ the host-library class, the derived suite's per-module records, and the census m
 
 import dataclasses
 import hashlib
+import os
+import stat
 import zipfile
 from pathlib import Path
 
@@ -12,14 +14,16 @@ from packaging.tags import platform_tags
 from packaging.version import Version
 
 from torch_abi_harness.builds.published import with_published
+from torch_abi_harness.cli import main
 from torch_abi_harness.config.matrix import load_matrix
 from torch_abi_harness.core.errors import ConfigError, InfrastructureError, ResolutionError
 from torch_abi_harness.core.status import Condition, Status
 from torch_abi_harness.plan import PlanIdentity
 from torch_abi_harness.provision.published import resolve
 from torch_abi_harness.provision.sources import ResolvedSources
+from torch_abi_harness.render.report import write_report
 from torch_abi_harness.results.cases import CaseCounts, ModuleLoad, PublishedBuild, module_loads
-from torch_abi_harness.results.census import census
+from torch_abi_harness.results.census import MARK_BEGIN, MARK_END, census
 from torch_abi_harness.results.model import CellResult, RunResult
 from torch_abi_harness.run.cells import host_library_promise
 from torch_abi_harness.run.collect import CellOutcome, ProbeRecord
@@ -340,6 +344,26 @@ def test_the_census_says_per_package_which_modules_are_proven_where() -> None:
     assert "❌ missing libcudart.so.13" in table[5]
     assert RunResult.from_json(run.to_json()).published == (published,)
     assert dataclasses.replace(run, published=()).to_json()["published"] == []
+
+
+def test_census_update_rewrites_the_page_keeping_its_mode(tmp_path: Path) -> None:
+    """`census --update` rewrites the page atomically and keeps the mode the file has (0640 here, under umask 022,
+    where a new file would get 0644 and the atomic write's temporary file 0600)."""
+    module = ModuleLoad("torchao/_C.abi3.so", None, registered=2, compared=True)
+    published = PublishedBuild(
+        "torchao-0.18.0@b2.11.0-t2.11", "torchao==0.18.0", "t.whl", "https://x/t.whl", "a" * 64, None, "b", "t"
+    )
+    write_report(census_run((cell("2.11.0", "2.11.0+cu130", Verdict.KEPT, (module,)),), published), tmp_path / "run")
+    page = tmp_path / "census.md"
+    page.write_text(f"# Census\n\n{MARK_BEGIN}\n{MARK_END}\n")
+    page.chmod(0o640)
+    previous = os.umask(0o022)
+    try:
+        assert main(["census", str(tmp_path / "run"), "--update", str(page)]) == 0
+    finally:
+        os.umask(previous)
+    assert "torchao 0.18.0" in page.read_text()
+    assert stat.S_IMODE(page.stat().st_mode) == 0o640
 
 
 def test_a_release_no_source_serves_is_refused_with_the_resolvers_reason(tmp_path: Path) -> None:

@@ -1,8 +1,12 @@
 import os
 from pathlib import Path
 
+import pytest
+
 from torch_abi_harness.config import Sources
-from torch_abi_harness.provision.sources import resolve_sources
+from torch_abi_harness.core.errors import BadInputError
+from torch_abi_harness.provision.index import tls_context
+from torch_abi_harness.provision.sources import CaBundle, resolve_sources
 
 
 def test_pip_configuration_and_uv_variables_are_merged(tmp_path: Path) -> None:
@@ -17,7 +21,7 @@ def test_pip_configuration_and_uv_variables_are_merged(tmp_path: Path) -> None:
     resolved = resolve_sources(Sources(extra_index_urls=("https://matrix/simple",)), environ)
     assert resolved.extra_index_urls == ("https://matrix/simple", "file:///a/simple", "file:///b/simple")
     assert resolved.find_links == ("/more-wheels", "/wheels")
-    assert resolved.uv_args()[-2:] == ["--index-strategy", "unsafe-best-match"]
+    assert "--index-strategy" not in resolved.uv_args()  # several sources: still only where asked for
 
 
 def test_pip_configuration_can_be_ignored(tmp_path: Path) -> None:
@@ -68,3 +72,66 @@ def test_uv_is_found_once_even_when_threads_ask_together() -> None:
     )
     for _ in range(5):
         subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+
+
+NO_PIP = {"PIP_CONFIG_FILE": os.devnull}  # no file of pip's: only what a test sets
+
+
+@pytest.mark.parametrize(
+    ("matrix", "environ", "strategy", "asked_by"),
+    [
+        (None, {}, None, ""),
+        ("unsafe-best-match", {}, "unsafe-best-match", "the matrix's sources.index_strategy"),
+        (None, {"UV_INDEX_STRATEGY": "unsafe-first-match"}, "unsafe-first-match", "UV_INDEX_STRATEGY"),
+        ("first-index", {"UV_INDEX_STRATEGY": "unsafe-best-match"}, "unsafe-best-match", "UV_INDEX_STRATEGY"),
+    ],
+)
+def test_an_index_strategy_is_used_only_where_asked_for_and_says_who_asked(
+    tmp_path: Path, matrix: str | None, environ: dict[str, str], strategy: str | None, asked_by: str
+) -> None:
+    """No strategy is chosen for the user: with several sources and nothing asked, uv keeps its first-index; what
+    was asked is passed to uv and named in the run's output (prepare's `sources` stage)."""
+    sources = Sources(extra_index_urls=("https://extra/simple",), find_links=("/wheels",), index_strategy=matrix)
+    resolved = resolve_sources(sources, {"HOME": str(tmp_path), **NO_PIP, **environ})
+    assert (resolved.index_strategy, resolved.strategy_from) == (strategy, asked_by)
+    if strategy is None:
+        assert "--index-strategy" not in resolved.uv_args() and resolved.strategy_note() is None
+    else:
+        assert resolved.uv_args()[-2:] == ["--index-strategy", strategy]
+        assert f"--index-strategy {strategy}, asked for by {asked_by}" in (resolved.strategy_note() or "")
+
+
+@pytest.mark.parametrize(
+    ("environ", "pip_conf", "bundle"),
+    [
+        ({}, "", None),
+        ({"SSL_CERT_FILE": "/s.pem"}, "", CaBundle("/s.pem", "$SSL_CERT_FILE")),
+        ({"SSL_CERT_FILE": "/s.pem", "REQUESTS_CA_BUNDLE": "/r.pem"}, "", CaBundle("/r.pem", "$REQUESTS_CA_BUNDLE")),
+        (
+            {"REQUESTS_CA_BUNDLE": "/r.pem"},
+            "/p.pem",
+            CaBundle("/p.pem", "pip's configuration (`cert` in `pip config list`)"),
+        ),
+        ({"PIP_CERT": "/e.pem"}, "/p.pem", CaBundle("/e.pem", "$PIP_CERT")),
+    ],
+)
+def test_the_ca_bundle_is_the_one_pip_would_use_and_says_where_it_was_named(
+    tmp_path: Path, environ: dict[str, str], pip_conf: str, bundle: CaBundle | None
+) -> None:
+    conf = tmp_path / "pip.conf"
+    conf.write_text(f"[global]\ncert = {pip_conf}\n")  # read last, so over any of this machine's files
+    files = {"PIP_CONFIG_FILE": str(conf) if pip_conf else os.devnull}
+    resolved = resolve_sources(Sources(), {"HOME": str(tmp_path), **files, **environ})
+    assert resolved.cert == bundle
+
+
+def test_a_ca_bundle_that_is_not_there_or_not_pem_is_bad_input_naming_who_named_it(tmp_path: Path) -> None:
+    with pytest.raises(
+        BadInputError, match=r"\$PIP_CERT names '/no/such.pem' as the CA bundle for HTTPS: no such file"
+    ):
+        tls_context(CaBundle("/no/such.pem", "$PIP_CERT"))
+    junk = tmp_path / "junk.pem"
+    junk.write_text("not a certificate\n")
+    with pytest.raises(BadInputError, match=r"\$SSL_CERT_FILE names .*junk.pem.*: it holds no certificate"):
+        tls_context(CaBundle(str(junk), "$SSL_CERT_FILE"))
+    assert tls_context(None).verify_mode.name == "CERT_REQUIRED"  # the system's store, verified

@@ -200,7 +200,7 @@ def test_the_release_gate_decides_on_the_full_matrix_and_posts_the_decision_and_
     assert 'nox -s harness -- gate --candidate "$CANDIDATE"' in runs and " -k " not in runs
     assert 'gate.md >> "$GITHUB_STEP_SUMMARY"' in runs
     uploads = [step["with"]["path"] for step in job["steps"] if "upload-artifact" in step.get("uses", "")]
-    assert "reports/latest/report.html" in uploads
+    assert "report-html/stable-abi-gate-${{ inputs.candidate }}-${{ github.run_id }}.html" in uploads
     assert '["exit_code"]' in job["steps"][-1]["run"]  # the job ends with the gate's own code
 
 
@@ -389,3 +389,34 @@ def test_bootstrap_answers_help_with_its_usage_and_a_wrong_option_with_exit_2(
     assert "== " not in done.stdout  # nothing was set up
     if argv == ["--bogus"]:
         assert "unknown session or option: --bogus" in done.stderr
+
+
+UPLOAD_V7 = re.compile(r"actions/upload-artifact@([0-9a-f]{40}) # v(\d+)\.\d+\.\d+$", re.M)
+
+
+@pytest.mark.parametrize(
+    ("workflow", "job", "page"),
+    [
+        ("nightly.yml", "merge", "merged/latest/report.html"),
+        ("nightly.yml", "gpu", "reports/latest/report.html"),
+        ("release-gating.yml", "gate", "reports/latest/report.html"),
+    ],
+)
+def test_report_html_is_uploaded_unzipped_so_that_it_opens_in_the_browser(workflow: str, job: str, page: str) -> None:
+    """upload-artifact v7's `archive: false` uploads one file as it is: GitHub serves it to open in the browser
+    instead of a zip to download and unpack. The artifact takes the file's name (`name` is ignored), so the page is
+    first copied to a name of its own for the run (two jobs of one run upload a report.html)."""
+    path = REPO / "ci" / workflow
+    text = path.read_text()
+    steps = load_workflow(path)["jobs"][job]["steps"]
+    uploads = [(n, s) for n, s in enumerate(steps) if "upload-artifact" in s.get("uses", "")]
+    html = [(n, s) for n, s in uploads if str(s["with"]["path"]).endswith(".html")]
+    assert len(html) == 1, f"{workflow} {job}: one upload of report.html, found {[s['with'] for _, s in uploads]}"
+    (n, step) = html[0]
+    assert step["with"]["archive"] is False and "name" not in step["with"]
+    pinned = {sha: int(major) for sha, major in UPLOAD_V7.findall(text)}
+    sha = step["uses"].split("@")[1]
+    assert pinned.get(sha, 0) >= 7, f"{step['uses']}: archive: false needs upload-artifact v7 or later, pinned by SHA"
+    copy = steps[n - 1]["run"]
+    folder = step["with"]["path"].rsplit("/", 1)[0]
+    assert f"cp {page} " in copy and f'"{folder}/' in copy and step["if"] == steps[n - 1]["if"] == "always()"

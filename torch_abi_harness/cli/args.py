@@ -153,3 +153,16 @@ def cpython_version(text: str) -> str:
     if not re.fullmatch(r"3\.[0-9]+t?", text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a CPython version such as 3.12 or 3.13t")
     return text
+
+
+def listing_sources(p: argparse.ArgumentParser | argparse._ArgumentGroup, what: str) -> None:
+    """--extra-index-url and --find-links of the commands that read listings themselves (`runtimes`, `check
+    REQUIREMENT`): an index, a directory of wheels or a page of links, each repeatable."""
+    p.add_argument("--extra-index-url", action="append", default=[], metavar="URL", help=f"another index {what}")
+    p.add_argument(
+        "--find-links",
+        action="append",
+        default=[],
+        metavar="DIR|URL",
+        help=f"a directory of wheels or a page of links {what}",
+    )

@@ -12,7 +12,7 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from rich.markup import escape
 
-from torch_abi_harness.cli.args import Command, cpython_version, existing_file, torch_variant
+from torch_abi_harness.cli.args import Command, cpython_version, existing_file, listing_sources, torch_variant
 from torch_abi_harness.cli.console import console, emit_json
 from torch_abi_harness.config import DEFAULT_PYTHON, Sources
 from torch_abi_harness.core.errors import BadInputError, ExitCode
@@ -60,7 +60,32 @@ def add_check(command: Command) -> None:
         "(default: only whether each op exists)",
     )
     check.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    sources = check.add_argument_group(
+        "package sources of a requirement",
+        "added to pip's configuration (its index-url, extra-index-url, find-links and cert) and the UV_INDEX_URL, "
+        "UV_EXTRA_INDEX_URL and UV_FIND_LINKS variables; HTTPS is checked against PIP_CERT, pip's cert, "
+        "REQUESTS_CA_BUNDLE or SSL_CERT_FILE, else the system's store",
+    )
+    sources.add_argument(
+        "--index-url", default=None, metavar="URL", help="the index instead of pip's (default: PyPI, as pip's)"
+    )
+    listing_sources(sources, "to resolve it from (repeatable)")
     check.set_defaults(handler=cmd_check)
+
+
+def requirement_sources(args: argparse.Namespace) -> Sources:
+    """The sources the command line adds for a requirement; given with a file, they are refused (exit 2): a file
+    is checked as it is, and a source that is never read would be a silent no-op."""
+    given = [f for f, v in (("--index-url", args.index_url), ("--extra-index-url", args.extra_index_url),
+                            ("--find-links", args.find_links)) if v]  # fmt: skip
+    if given and not isinstance(args.artifact, Requirement):
+        raise BadInputError(
+            f"{' and '.join(given)}: package sources are read only for a requirement ('torchao==0.18.0'), and "
+            f"{args.artifact} is a file, checked as it is: drop {given[0]}"
+        )
+    return Sources(
+        index_url=args.index_url, extra_index_urls=tuple(args.extra_index_url), find_links=tuple(args.find_links)
+    )
 
 
 def artifact_or_requirement(text: str) -> Path | Requirement:
@@ -93,6 +118,7 @@ def pinned_requirement(requirement: Requirement, python: str) -> str:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    sources = requirement_sources(args)
     if isinstance(args.artifact, Requirement):
         # Only a requirement needs the package sources and the index client (http, html): not imported otherwise.
         from torch_abi_harness.provision.envs import default_cache_dir
@@ -101,7 +127,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
         python = args.python or DEFAULT_PYTHON
         requirement = pinned_requirement(args.artifact, python)
-        wheel = resolve(requirement, python, resolve_sources(Sources()), default_cache_dir())
+        wheel = resolve(requirement, python, resolve_sources(sources), default_cache_dir())
         if not args.json:
             said = f"{args.artifact}: {wheel.filename} from {wheel.url} (sha256 {wheel.sha256[:16]})"
             console.print(escape(said), soft_wrap=True)

@@ -11,7 +11,14 @@ from packaging.version import Version
 from rich.markup import escape
 from rich.table import Table
 
-from torch_abi_harness.cli.args import Command, positive_seconds, python_specifier, release_specifier, wheel_variant
+from torch_abi_harness.cli.args import (
+    Command,
+    listing_sources,
+    positive_seconds,
+    python_specifier,
+    release_specifier,
+    wheel_variant,
+)
 from torch_abi_harness.cli.console import console, emit_json, notes
 from torch_abi_harness.config import DEFAULT_MATRIX, Sources
 from torch_abi_harness.config.matrix import load_matrix
@@ -44,16 +51,7 @@ def add_runtimes(command: Command) -> None:
         help=f"the matrix file whose sources are read (default: {DEFAULT_MATRIX} if there is one; pip's "
         "configuration and the UV_* variables apply either way)",
     )
-    found.add_argument(
-        "--extra-index-url", action="append", default=[], metavar="URL", help="another index to list (repeatable)"
-    )
-    found.add_argument(
-        "--find-links",
-        action="append",
-        default=[],
-        metavar="DIR|URL",
-        help="a directory of wheels or a page of links to list (repeatable)",
-    )
+    listing_sources(found, "to list (repeatable)")
     found.add_argument(
         "--releases", type=release_specifier, default=SpecifierSet(), metavar="SPEC", help="e.g. '>=2.11,<2.16'"
     )

@@ -46,7 +46,8 @@ class Sources:
     index_url: str | None = None
     extra_index_urls: tuple[str, ...] = ()
     find_links: tuple[str, ...] = ()
-    index_strategy: str = "unsafe-best-match"
+    # uv's --index-strategy, only where asked (None: uv's own default, first-index; UV_INDEX_STRATEGY wins)
+    index_strategy: str | None = None
     # Existing environments (`--use-env`): interpreters whose torch serves the envs they match, used as they are
     environments: tuple[str, ...] = ()
 

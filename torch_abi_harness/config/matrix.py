@@ -88,7 +88,7 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
             index_url=sources.get("index_url"),
             extra_index_urls=tuple(sources.get("extra_index_urls", ())),
             find_links=tuple(sources.get("find_links", ())),
-            index_strategy=sources.get("index_strategy", "unsafe-best-match"),
+            index_strategy=sources.get("index_strategy"),
         ),
         extensions=extensions,
         runtimes=tuple(runtimes),

@@ -41,6 +41,24 @@ def load_schema(name: str) -> dict[str, Any]:
     return schema
 
 
+def schema_names() -> list[str]:
+    """Every schema the package ships, by name (``results`` for results.schema.json)."""
+    files = resources.files("torch_abi_harness.schemas").iterdir()
+    return sorted(f.name.removesuffix(".schema.json") for f in files if f.name.endswith(".schema.json"))
+
+
+def validator(name: str) -> jsonschema.Draft202012Validator:
+    """A validator of the named schema whose ``$ref`` to another schema of the package (replay.schema.json names
+    gate.schema.json) resolves to the shipped file by its ``$id``, offline: the ``$id`` is where the docs site
+    publishes the same file, never fetched here."""
+    from referencing import Registry, Resource  # jsonschema's own dependency, imported with it (start-up time)
+
+    registry: Registry[Any] = Registry().with_resources(
+        (schema["$id"], Resource.from_contents(schema)) for schema in map(load_schema, schema_names())
+    )
+    return _validator_class()(load_schema(name), registry=registry)
+
+
 def format_path(path: KeyPath) -> str:
     out = ""
     for part in path:

@@ -103,13 +103,18 @@ def run_replay(request: GateRequest, hooks: GateHooks) -> ReplayOutcome:
             rows.append(ReplayRow.failed(new, old, exc))
             continue
         rows.append(ReplayRow.decided(outcome.gate, outcome.run_dir, time.monotonic() - began))
-    total = time.monotonic() - started
-    text = replay_markdown(rows, total)
-    out = request.execute.reports_dir
+    text, written = write_replay(request.execute.reports_dir, rows, time.monotonic() - started)
+    return ReplayOutcome(tuple(rows), text, written)
+
+
+def write_replay(out: Path, rows: list[ReplayRow], seconds: float) -> tuple[str, tuple[Path, Path]]:
+    """replay.md and replay.json (torch_abi_harness/schemas/replay.schema.json) in out: the table's text, and both
+    files."""
+    text = replay_markdown(rows, seconds)
     write_atomic(out / "replay.md", text)
-    payload = {"schema_version": REPLAY_JSON_VERSION, "seconds": round(total, 1), "rows": [r.to_json() for r in rows]}
+    payload = {"schema_version": REPLAY_JSON_VERSION, "seconds": round(seconds, 1), "rows": [r.to_json() for r in rows]}
     write_atomic(out / "replay.json", json.dumps(payload, indent=2, ensure_ascii=False, default=str) + "\n")
-    return ReplayOutcome(tuple(rows), text, (out / "replay.md", out / "replay.json"))
+    return text, (out / "replay.md", out / "replay.json")
 
 
 def replay_markdown(rows: list[ReplayRow], seconds: float) -> str:

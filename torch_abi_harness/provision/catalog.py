@@ -334,7 +334,7 @@ def read_metadata(wheel: TorchWheel, timeout: float) -> list[str] | None:
     (its dist-info/METADATA, read from the zip's directory); None when neither is there."""
     listed = wheel.listed
     if listed.metadata_url:
-        body, _, _ = fetch(listed.metadata_url, timeout, "*/*", MAX_METADATA_BYTES)
+        body, _, _ = fetch(listed.metadata_url, timeout, "*/*", MAX_METADATA_BYTES, ca=wheel.source.ca)
     else:
         local = local_path(listed.url)
         if local is None or not local.is_file():

@@ -270,8 +270,18 @@ class EnvManager:
                 f"({self.sources.describe()}):\n"
                 + "\n".join(failures)
                 + "\n  fix the version in the matrix, or add the index or find-links that serves it "
-                "(matrix `sources:`, pip's configuration or UV_* variables)"
+                "(matrix `sources:`, pip's configuration or UV_* variables)" + self._strategy_hint(failures)
             )
+
+    def _strategy_hint(self, failures: list[str]) -> str:
+        """uv's first-index found the project on one source without the release, and no strategy was asked for:
+        say how to ask (the harness never chooses one)."""
+        if self.sources.index_strategy or not any("--index-strategy" in f for f in failures):
+            return ""
+        return (
+            "\n  uv took torch from the first source that lists it (its default, first-index): if every source is "
+            "trusted, ask for `index_strategy: unsafe-best-match` in the matrix's `sources:` (or UV_INDEX_STRATEGY)"
+        )
 
     def _resolve_one(self, spec: EnvSpec) -> str | None:
         argv = [

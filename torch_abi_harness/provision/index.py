@@ -7,12 +7,14 @@ from __future__ import annotations
 import base64
 import dataclasses
 import enum
+import functools
 import html.parser
 import http.client
 import json
 import logging
 import netrc
 import os
+import ssl
 import time
 import urllib.error
 import urllib.parse
@@ -23,7 +25,7 @@ from typing import Any
 from torch_abi_harness import __version__
 from torch_abi_harness.core.errors import BadInputError, InfrastructureError
 from torch_abi_harness.core.text import redact
-from torch_abi_harness.provision.sources import ResolvedSources
+from torch_abi_harness.provision.sources import CaBundle, ResolvedSources
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +57,7 @@ class Source:
 
     kind: SourceKind
     location: str
+    ca: CaBundle | None = None  # the CA bundle its HTTPS is checked against (None: the system's store)
 
     def __str__(self) -> str:
         return f"{self.kind} {redact(self.location)}"
@@ -67,8 +70,8 @@ def sources_of(resolved: ResolvedSources) -> tuple[Source, ...]:
     """The sources uv would consult, in its order: the index (PyPI when none is named), the extra
     indexes, then find-links."""
     indexes = [resolved.index_url or DEFAULT_INDEX, *resolved.extra_index_urls]
-    found = [Source(SourceKind.INDEX, url) for url in indexes]
-    found += [Source(SourceKind.FIND_LINKS, link) for link in resolved.find_links]
+    found = [Source(SourceKind.INDEX, url, resolved.cert) for url in indexes]
+    found += [Source(SourceKind.FIND_LINKS, link, resolved.cert) for link in resolved.find_links]
     return tuple(dict.fromkeys(found))
 
 
@@ -89,15 +92,15 @@ def list_source(source: Source, timeout: float, project: str = PROJECT) -> list[
     started = time.monotonic()
     try:
         files = (
-            _list_index(source.location, timeout, project)
+            _list_index(source.location, timeout, project, source.ca)
             if source.kind is SourceKind.INDEX
-            else _list_links(source.location, timeout)
+            else _list_links(source.location, timeout, source.ca)
         )
     # URLError and HTTPError are OSErrors; a page that is not UTF-8 or not JSON, a ValueError.
     except (OSError, ValueError, http.client.HTTPException) as exc:
         if isinstance(exc, urllib.error.HTTPError):
             exc.close()  # the error is the response: its socket is not left to the garbage collector
-        raise InfrastructureError(f"{source}: {reason_of(exc)}") from exc
+        raise InfrastructureError(f"{source}: {reason_of(exc)}{untrusted(exc, source.ca)}") from exc
     log.info("%s: %d file(s) listed in %.2f s", source, len(files), time.monotonic() - started)
     return files
 
@@ -120,7 +123,7 @@ def local_path(location: str) -> Path | None:
     return None
 
 
-def _list_index(base: str, timeout: float, name: str) -> list[Listed]:
+def _list_index(base: str, timeout: float, name: str, ca: CaBundle | None) -> list[Listed]:
     local = local_path(base)
     if local is not None:
         if not local.is_dir():
@@ -135,7 +138,7 @@ def _list_index(base: str, timeout: float, name: str) -> list[Listed]:
         return []
     url = f"{base.rstrip('/')}/{name}/"
     try:
-        body, final_url, content_type = fetch(url, timeout, SIMPLE_ACCEPT, MAX_PAGE_BYTES)
+        body, final_url, content_type = fetch(url, timeout, SIMPLE_ACCEPT, MAX_PAGE_BYTES, ca=ca)
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
             exc.close()
@@ -147,7 +150,7 @@ def _list_index(base: str, timeout: float, name: str) -> list[Listed]:
     return parse_html_page(body.decode(), final_url)
 
 
-def _list_links(location: str, timeout: float) -> list[Listed]:
+def _list_links(location: str, timeout: float, ca: CaBundle | None) -> list[Listed]:
     local = local_path(location)
     if local is not None:
         if local.is_dir():
@@ -155,7 +158,7 @@ def _list_links(location: str, timeout: float) -> list[Listed]:
         if local.is_file():
             return parse_html_page(local.read_bytes().decode(), local.resolve().as_uri())
         raise ValueError("no such directory or file")
-    body, final_url, _ = fetch(location, timeout, "text/html", MAX_PAGE_BYTES)
+    body, final_url, _ = fetch(location, timeout, "text/html", MAX_PAGE_BYTES, ca=ca)
     return parse_html_page(body.decode(), final_url)
 
 
@@ -163,7 +166,9 @@ def _list_directory(directory: Path) -> list[Listed]:
     return [Listed(p.name, p.resolve().as_uri()) for p in sorted(directory.glob("*.whl")) if p.is_file()]
 
 
-def fetch(url: str, timeout: float, accept: str, limit: int, deadline: float | None = None) -> tuple[bytes, str, str]:
+def fetch(
+    url: str, timeout: float, accept: str, limit: int, deadline: float | None = None, *, ca: CaBundle | None = None
+) -> tuple[bytes, str, str]:
     """GET url: its body (at most limit bytes), the URL it ended at (after redirects) and its media type.
 
     Credentials as pip and uv take them: a URL's user:password@ (remembered for its host, so a page's
@@ -172,6 +177,10 @@ def fetch(url: str, timeout: float, accept: str, limit: int, deadline: float | N
     (`pip install 'torch-abi-harness[keyring]'`, as pip's keyring provider). They travel as a Basic
     Authorization header, dropped on a redirect to another host, and every URL in a message or log has its
     secret replaced by ****.
+
+    HTTPS is checked against ca, the CA bundle pip's `cert`, REQUESTS_CA_BUNDLE or SSL_CERT_FILE named
+    (provision/sources.py), else against the system's store (truststore's, where the optional package is
+    installed, as pip uses it; else OpenSSL's default paths).
 
     timeout bounds each wait for the server; deadline (default: PAGE_DEADLINE, a download passes its own;
     $HARNESS_HTTP_DEADLINE overrides both) bounds each attempt as a whole, so a source that trickles a byte
@@ -184,10 +193,11 @@ def fetch(url: str, timeout: float, accept: str, limit: int, deadline: float | N
         token = base64.b64encode(":".join(credentials).encode()).decode()
         headers["Authorization"] = f"Basic {token}"
     budget = deadline_seconds(PAGE_DEADLINE if deadline is None else deadline)
+    opener = _opener(tls_context(ca))
     for attempt in range(RETRIES + 1):
         log.debug("GET %s", plain)
         try:
-            return _get(urllib.request.Request(plain, headers=headers), url, timeout, limit, budget)
+            return _get(opener, urllib.request.Request(plain, headers=headers), url, timeout, limit, budget)
         except (urllib.error.HTTPError, urllib.error.URLError, ConnectionResetError) as exc:
             why = _transient(exc)
             if why is None or attempt == RETRIES:
@@ -230,11 +240,16 @@ def _transient(exc: OSError) -> str | None:
 
 
 def _get(
-    request: urllib.request.Request, url: str, timeout: float, limit: int, budget: float
+    opener: urllib.request.OpenerDirector,
+    request: urllib.request.Request,
+    url: str,
+    timeout: float,
+    limit: int,
+    budget: float,
 ) -> tuple[bytes, str, str]:
     """One attempt, read in pieces as they come, its whole bounded by budget seconds."""
     ends = time.monotonic() + budget
-    with _OPENER.open(request, timeout=min(timeout, budget)) as response:
+    with opener.open(request, timeout=min(timeout, budget)) as response:
         pieces: list[bytes] = []
         size = 0
         while True:
@@ -336,7 +351,47 @@ class _SameHostAuth(urllib.request.HTTPRedirectHandler):
         return new
 
 
-_OPENER = urllib.request.build_opener(_SameHostAuth)
+@functools.cache
+def _opener(context: ssl.SSLContext) -> urllib.request.OpenerDirector:
+    return urllib.request.build_opener(_SameHostAuth, urllib.request.HTTPSHandler(context=context))
+
+
+@functools.cache
+def tls_context(ca: CaBundle | None) -> ssl.SSLContext:
+    """The TLS context of every HTTPS request to a source: ca's certificates, else the system's store. A CA bundle
+    that is not there or holds no certificate is bad input naming who named it (exit 2), before any request."""
+    if ca is None:
+        try:
+            import truststore  # type: ignore[import-not-found,unused-ignore]  # optional: the system's store, as pip
+        except ImportError:
+            return ssl.create_default_context()
+        context: ssl.SSLContext = truststore.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        return context
+    path = Path(ca.path)
+    fix = "name a PEM file of CA certificates (or a directory of them), or unset it to trust the system's store"
+    if not path.exists():
+        raise BadInputError(f"{ca.origin} names {ca.path!r} as the CA bundle for HTTPS: no such file; {fix}")
+    try:
+        if path.is_dir():
+            return ssl.create_default_context(capath=str(path))
+        return ssl.create_default_context(cafile=str(path))
+    except (ssl.SSLError, OSError, ValueError) as exc:
+        raise BadInputError(
+            f"{ca.origin} names {ca.path!r} as the CA bundle for HTTPS: it holds no certificate that can be read "
+            f"({exc}); {fix}"
+        ) from exc
+
+
+def untrusted(exc: BaseException, ca: CaBundle | None) -> str:
+    """What to do when a source's certificate did not verify ('' for any other failure)."""
+    reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+    if not isinstance(reason, ssl.SSLCertVerificationError):
+        return ""
+    trusted = f"the CA bundle {ca.path} ({ca.origin})" if ca else "the system's certificate store"
+    return (
+        f"; its certificate is not signed by what the harness trusts: {trusted}. Name the CA that signs it with "
+        "PIP_CERT, pip's `cert`, REQUESTS_CA_BUNDLE or SSL_CERT_FILE"
+    )
 
 
 def parse_json_page(data: Any, page_url: str) -> list[Listed]:

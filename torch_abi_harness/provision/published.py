@@ -24,7 +24,7 @@ from torch_abi_harness.core.errors import InfrastructureError, ResolutionError
 from torch_abi_harness.core.files import file_digest, write_atomic
 from torch_abi_harness.core.text import redact
 from torch_abi_harness.provision.index import DOWNLOAD_DEADLINE, Listed, fetch, list_source, local_path, sources_of
-from torch_abi_harness.provision.sources import ResolvedSources
+from torch_abi_harness.provision.sources import CaBundle, ResolvedSources
 from torch_abi_harness.static.prebuilt import ordered_tags
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,8 @@ def resolve(requirement: str, python: str, sources: ResolvedSources, cache: Path
         where = ", ".join(str(s) for s in sources_of(sources))
         raise ResolutionError(
             f"{requirement!r}: no configured package source lists a wheel of {project!r} ({where}); "
-            "check the name, or add the source that serves it (the matrix's `sources:`, --extra-index-url)"
+            "check the name, or add the source that serves it (the matrix's `sources:`; check's --index-url, "
+            "--extra-index-url or --find-links)"
         )
     pinned = any(spec.operator in ("==", "===") for spec in wanted.specifier)
     allowed = [
@@ -97,7 +98,7 @@ def resolve(requirement: str, python: str, sources: ResolvedSources, cache: Path
             f"({next(iter(platform_tags()))}); its wheels: {', '.join(files[:6])}"
         )
     item, version, _ = max(fitting, key=lambda entry: (entry[1], -entry[2]))
-    path = _download(item, cache / "wheels" / project)
+    path = _download(item, cache / "wheels" / project, sources.cert)
     log.info("%s -> %s (sha256 %s)", requirement, path.name, file_digest(path)[:12])
     return PublishedWheel(requirement, project, version, path, redact(item.url), file_digest(path))
 
@@ -117,7 +118,7 @@ def marker_holds(requirement: Requirement, python: str) -> bool:
     return requirement.marker.evaluate(environment)
 
 
-def _download(item: Listed, folder: Path) -> Path:
+def _download(item: Listed, folder: Path, ca: CaBundle | None) -> Path:
     """The listed file in folder, fetched once: a cached copy is reused when it has the digest the source states
     (a local file's own digest; a remote file stated with none is fetched again, never trusted by name)."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -131,7 +132,7 @@ def _download(item: Listed, folder: Path) -> Path:
             data = local.read_bytes()
         else:
             log.info("downloading %s", redact(item.url))
-            data, _, _ = fetch(item.url, DOWNLOAD_TIMEOUT, "*/*", MAX_WHEEL_BYTES, DOWNLOAD_DEADLINE)
+            data, _, _ = fetch(item.url, DOWNLOAD_TIMEOUT, "*/*", MAX_WHEEL_BYTES, DOWNLOAD_DEADLINE, ca=ca)
     except (OSError, ValueError) as exc:
         raise InfrastructureError(f"cannot download {redact(item.url)}: {exc}") from exc
     digest = hashlib.sha256(data).hexdigest()

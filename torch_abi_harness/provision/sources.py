@@ -21,18 +21,41 @@ log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
+class CaBundle:
+    """The CA certificates the harness's own HTTPS requests trust (a PEM file, or a directory of them), and who
+    named them: an error about the file names where to fix it."""
+
+    path: str
+    origin: str  # "$PIP_CERT", "pip's configuration (`cert`)", "$REQUESTS_CA_BUNDLE", "$SSL_CERT_FILE"
+
+
+CERT_VARIABLES = ("REQUESTS_CA_BUNDLE", "SSL_CERT_FILE")  # after pip's own `cert`, in the order requests reads them
+
+
+@dataclasses.dataclass(frozen=True)
 class ResolvedSources:
     index_url: str | None
     extra_index_urls: tuple[str, ...]
     find_links: tuple[str, ...]
-    index_strategy: str
+    index_strategy: str | None  # None: uv's own default (first-index); a strategy only where one was asked for
     environments: tuple[str, ...] = ()  # existing environments' interpreters (`--use-env`), served before any index
+    strategy_from: str = ""  # who asked for index_strategy: UV_INDEX_STRATEGY or the matrix's sources
+    cert: CaBundle | None = None  # None: the system's store (truststore's, where it is installed)
 
     def uv_args(self) -> list[str]:
         args = self.pip_args()
-        if self.extra_index_urls or self.find_links:
+        if self.index_strategy:
             args += ["--index-strategy", self.index_strategy]
         return args
+
+    def strategy_note(self) -> str | None:
+        """What a run says when uv is told an index strategy (so a resolution across sources is never silent)."""
+        if not self.index_strategy:
+            return None
+        said = f"uv's --index-strategy {self.index_strategy}, asked for by {self.strategy_from or 'the caller'}"
+        if self.index_strategy == "unsafe-best-match":
+            said += ": each package from whichever source has its best version, not from the first source that has it"
+        return said
 
     def pip_args(self) -> list[str]:
         """The same sources for `pip download` (pip always takes the best match across indexes)."""
@@ -53,12 +76,12 @@ class ResolvedSources:
         return redact(", ".join(parts))
 
 
-PIP_KEYS = ("index-url", "extra-index-url", "find-links")
+PIP_KEYS = ("index-url", "extra-index-url", "find-links", "cert")
 PIP_PRIORITY = (":env:", "install", "global")  # a PIP_* variable, then pip install's section, then [global]
 
 
 def read_pip_config(environ: Mapping[str, str]) -> dict[str, list[str]]:
-    """index-url, extra-index-url and find-links as pip itself reads them (`pip config list` under environ):
+    """index-url, extra-index-url, find-links and cert as pip itself reads them (`pip config list` under environ):
     its files in its order, PIP_CONFIG_FILE (os.devnull: no file at all) and the PIP_* variables."""
     return {key: list(values) for key, values in _pip_config(tuple(sorted(environ.items()))).items()}
 
@@ -105,13 +128,43 @@ def resolve_sources(sources: Sources, environ: Mapping[str, str] | None = None) 
     index_url = sources.index_url or environ.get("UV_INDEX_URL") or environ.get("UV_DEFAULT_INDEX")
     extra = list(sources.extra_index_urls) + environ.get("UV_EXTRA_INDEX_URL", "").split()
     links = list(sources.find_links) + environ.get("UV_FIND_LINKS", "").replace(",", " ").split()
-    if sources.inherit_pip_config:
-        pip = read_pip_config(environ)
-        index_url = index_url or next(iter(pip.get("index-url", [])), None)
-        extra += pip.get("extra-index-url", [])
-        links += pip.get("find-links", [])
-    strategy = environ.get("UV_INDEX_STRATEGY") or sources.index_strategy
-    return ResolvedSources(index_url, _unique(extra), _unique(links), strategy, _unique(sources.environments))
+    pip = read_pip_config(environ) if sources.inherit_pip_config else {}
+    index_url = index_url or next(iter(pip.get("index-url", [])), None)
+    extra += pip.get("extra-index-url", [])
+    links += pip.get("find-links", [])
+    strategy, asked_by = index_strategy(sources, environ)
+    return ResolvedSources(
+        index_url,
+        _unique(extra),
+        _unique(links),
+        strategy,
+        _unique(sources.environments),
+        asked_by,
+        ca_bundle(environ, pip),
+    )
+
+
+def index_strategy(sources: Sources, environ: Mapping[str, str]) -> tuple[str | None, str]:
+    """uv's index strategy and who asked for it: UV_INDEX_STRATEGY, else the matrix's `sources: index_strategy`,
+    else none (uv's first-index). Never chosen here: which source may serve a package is the user's call."""
+    if environ.get("UV_INDEX_STRATEGY"):
+        return environ["UV_INDEX_STRATEGY"], "UV_INDEX_STRATEGY"
+    if sources.index_strategy:
+        return sources.index_strategy, "the matrix's sources.index_strategy"
+    return None, ""
+
+
+def ca_bundle(environ: Mapping[str, str], pip: Mapping[str, list[str]]) -> CaBundle | None:
+    """The CA bundle the harness's HTTPS requests trust, as pip finds one: its `cert` (PIP_CERT, else its
+    configuration files), else REQUESTS_CA_BUNDLE, else SSL_CERT_FILE; None: the system's store."""
+    if environ.get("PIP_CERT"):
+        return CaBundle(environ["PIP_CERT"], "$PIP_CERT")
+    if pip.get("cert"):
+        return CaBundle(" ".join(pip["cert"]), "pip's configuration (`cert` in `pip config list`)")
+    for name in CERT_VARIABLES:
+        if environ.get(name):
+            return CaBundle(environ[name], f"${name}")
+    return None
 
 
 def _unique(items: Iterable[str]) -> tuple[str, ...]:

@@ -108,6 +108,10 @@ class Preparer:
         if todo:  # every interpreter a new env needs, before any work: a missing one is bad input (exit 2)
             found = interpreters.find_all(s.interpreter or s.python for s in todo)
             self.observer.stage("python", ", ".join(i.describe() for i in found.values()))
+        note = self.envs.sources.strategy_note()
+        if note:  # a resolution across sources that the user asked for, said where the run is read
+            log.info("%s", note)
+            self.observer.stage("sources", note)
         self.observer.stage("resolve", f"{len(specs)} torch environment(s)")
         self.envs.resolve(specs)
         self.observer.stage("envs", f"{len(specs)} torch environment(s) in {self.envs.root}")
