@@ -12,7 +12,9 @@ from rich.markup import escape
 
 from torch_abi_harness.cli.args import (
     Command,
+    add_matrix_option,
     existing_dir,
+    matrix_of,
     one_of,
     positive_int,
     positive_seconds,
@@ -29,7 +31,7 @@ from torch_abi_harness.cli.run_output import (
     print_plan,
     print_preamble,
 )
-from torch_abi_harness.config import DEFAULT_MATRIX, Matrix
+from torch_abi_harness.config import Matrix
 from torch_abi_harness.core.errors import BadInputError, ExitCode
 from torch_abi_harness.core.files import writable_dir
 from torch_abi_harness.core.kinds import Backend, ExecutorKind
@@ -51,7 +53,7 @@ from torch_abi_harness.run.shard import build_jobs, fan_out, measured_durations,
 
 def matrix_options(p: argparse.ArgumentParser) -> None:
     """The matrix, the cells of it (-k), the backend and where torch comes from: `run`, `gate`, `plan`."""
-    p.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX, help="the matrix file (default: %(default)s)")
+    add_matrix_option(p)
     p.add_argument(
         "-k",
         "--select",
@@ -309,7 +311,7 @@ def add_build(command: Command) -> None:
 def matrix_request(args: argparse.Namespace) -> MatrixRequest:
     """The matrix options of `run`, `gate`, `plan` and `build`, parsed once."""
     return MatrixRequest(
-        path=args.matrix,
+        path=matrix_of(args.matrix),
         add_runtimes=tuple(args.add_runtime),
         extra_index_urls=tuple(args.extra_index_url),
         find_links=tuple(args.find_links),
