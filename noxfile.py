@@ -127,7 +127,7 @@ def mutation_pass(session: nox.Session) -> None:
 
 
 SHELL_SCRIPTS = [".ci/run", "ci/dockerd.sh", "ci/bootstrap.sh", "ci/gpu-device.sh"]
-PYTHON_TREES = ["torch_abi_harness", "tests", "tools", "benchmarks", "extensions", "examples", "noxfile.py"]
+PYTHON_TREES = ["torch_abi_harness", "tests", "tools", "benchmarks", "extensions", "examples", "noxfile.py", "setup.py"]
 
 
 @nox.session

@@ -92,23 +92,16 @@ def test_the_packaged_default_is_the_repository_grid(tmp_path: Path) -> None:
     assert {e.root for e in packaged.matrix.extensions.values()} <= {p.parent for p in REPO.glob("extensions/*/*.yaml")}
 
 
+def plan_in(cwd: Path) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "torch_abi_harness", "plan", "-k", "stable_basic@b2.9.1~r2.15.0-cpu"]
+    return subprocess.run(argv, capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
 def test_a_command_without_matrix_yaml_says_it_runs_the_packaged_default(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "torch_abi_harness", "plan", "-k", "stable_basic@b2.9.1~r2.15.0-cpu"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=300,
-    )
+    done = plan_in(tmp_path)
     assert done.returncode == 0, done.stderr
     said = f"no matrix.yaml here: running the packaged default matrix {REPO / DEFAULT_MATRIX} and its sample extensions"
     assert said in done.stderr
     assert done.stdout.splitlines()[1].startswith("stable_basic@b2.9.1~r2.15.0-cpu "), done.stdout
-    at_home = subprocess.run(
-        [sys.executable, "-m", "torch_abi_harness", "plan", "-k", "stable_basic@b2.9.1~r2.15.0-cpu"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=300,
-    )
+    at_home = plan_in(REPO)
     assert at_home.returncode == 0 and at_home.stdout == done.stdout and "packaged" not in at_home.stderr
