@@ -65,7 +65,7 @@ def checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (copy / "extensions/stable_basic" / left).parent.mkdir(parents=True, exist_ok=True)
         (copy / "extensions/stable_basic" / left).write_bytes(b"\x7fELF left by a local build")
     built = step(uv_binary(), "build", cwd=copy)
-    assert built.returncode == 0, built.stderr
+    assert built.returncode == 0 and "Building wheel from source distribution" in built.stderr, built.stderr
     return copy
 
 
