@@ -26,7 +26,7 @@ TIER_ENV = {"UV_INDEX_STRATEGY": os.environ.get("UV_INDEX_STRATEGY") or "unsafe-
 @nox.session(default=False)
 def matrix(session: nox.Session) -> None:
     """Build, run and report matrix.yaml. Arguments go to `python -m torch_abi_harness run` (e.g. -- -k r2.10)."""
-    session.install("-e", ".")
+    session.install("-e", ".[run,docker]")
     session.run("python", "-m", "torch_abi_harness", "run", *session.posargs)
 
 
@@ -36,7 +36,7 @@ def census(session: nox.Session) -> None:
     their derived suite), each module held against a plain `import torch; ctypes.CDLL(module)` in every runtime
     (`census --verify`), the table per package printed and written into docs/results/census.md (`-- --check` only
     compares). Reports in reports/census/."""
-    session.install("-e", ".")
+    session.install("-e", ".[run,docker]")
     keep = "--check" if "--check" in session.posargs else "--update"
     session.run(
         "python", "-m", "torch_abi_harness", "run", "--matrix", "census.yaml", "--reports-dir", "reports/census"
@@ -50,7 +50,7 @@ def mutate(session: nox.Session) -> None:
     """Detection power: the shim-mutant catalogue against the default stable builds on the newest runtime.
     Arguments go to `python -m torch_abi_harness mutate`
     (e.g. -- --matrix examples/matrix.yaml, -- --mutant 'meta.*')."""
-    session.install("-e", ".")
+    session.install("-e", ".[run,docker]")
     session.run("python", "-m", "torch_abi_harness", "mutate", *session.posargs)
 
 
@@ -59,7 +59,7 @@ def gate_replay(session: nox.Session) -> None:
     """The release gate replayed: each release of the default matrix as the candidate against the one before it
     (abi-diff, its headers, its header probe, its op schemas, and the oldest stable sample build run on it);
     the table in reports/replay.md. More -k selectors widen it (`-- -k stable_basic`: every sample build)."""
-    session.install("-e", ".")
+    session.install("-e", ".[run,docker]")
     selection = ["-k", "header_probe", "-k", "stable_basic@b2.9.1"]
     session.run("python", "-m", "torch_abi_harness", "gate", "--replay", *selection, *session.posargs)
 
@@ -67,14 +67,14 @@ def gate_replay(session: nox.Session) -> None:
 @nox.session(default=False)
 def harness(session: nox.Session) -> None:
     """Any harness command: `nox -s harness -- abi-diff 2.15 candidate.whl`, `-- check wheel.whl`..."""
-    session.install("-e", ".")
+    session.install("-e", ".[run,docker]")
     session.run("python", "-m", "torch_abi_harness", *(session.posargs or ["--help"]))
 
 
 @nox.session(default=False)
 def base_image(session: nox.Session) -> None:
     """Make the docker backend's base image (debootstrap bookworm + docker import), as root, once."""
-    session.install("-e", ".")
+    session.install("-e", ".[run,docker]")
     session.run("python", "-m", "torch_abi_harness", "base-image", *session.posargs)
 
 
@@ -137,7 +137,7 @@ def mutation_pass(session: nox.Session) -> None:
 
 
 SHELL_SCRIPTS = [".ci/run", "ci/dockerd.sh", "ci/bootstrap.sh", "ci/gpu-device.sh"]
-PYTHON_TREES = ["torch_abi_harness", "tests", "tools", "benchmarks", "extensions", "examples", "noxfile.py"]
+PYTHON_TREES = ["torch_abi_harness", "tests", "tools", "benchmarks", "extensions", "examples", "noxfile.py", "setup.py"]
 
 
 @nox.session
@@ -161,7 +161,7 @@ def lint(session: nox.Session) -> None:
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
     """Per-stage timings: env provisioning, builds, the per-cell split and the matrix against its floor."""
-    session.install("-e", ".")
+    session.install("-e", ".[run,docker]")
     session.run("python", "benchmarks/bench.py", *session.posargs)
 
 
@@ -175,7 +175,7 @@ def bench_html(session: nox.Session) -> None:
 @nox.session(default=False)
 def bench_docker(session: nox.Session) -> None:
     """The docker backend's costs: engine, base image, container start, a baked image, both backends side by side."""
-    session.install("-e", ".")
+    session.install("-e", ".[run,docker]")
     session.run("python", "benchmarks/bench_docker.py", *session.posargs)
 
 
@@ -188,7 +188,7 @@ def manifest(session: nox.Session) -> None:
     The wheels are the CUDA builds from the default index (pip --isolated: no local +cpu wheel),
     so CUDA-only shims are seen exported too. They are kept in nox's cache between runs.
     """
-    session.install("-e", ".", "pip")
+    session.install("-e", ".[run,docker]", "pip")
     releases = sorted(set(json.loads(MANIFEST.read_text())["releases"]) | set(session.posargs), key=_version_key)
     cache = Path(session.cache_dir) / "torch-wheels"
     wheels = []

@@ -11,6 +11,9 @@ from typing import Protocol, TypeVar
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
+from torch_abi_harness.cli.console import notes
+from torch_abi_harness.config import DEFAULT_MATRIX
+from torch_abi_harness.config.defaults import default_matrix
 from torch_abi_harness.core.versions import ApiLevel
 
 
@@ -39,6 +42,32 @@ def one_of(kind: type[K], allowed: Sequence[K]) -> Callable[[str], K]:
         return member
 
     return parse
+
+
+def add_matrix_option(p: argparse.ArgumentParser) -> None:
+    """--matrix of every command that reads one; left out, matrix_of picks the default."""
+    p.add_argument(
+        "--matrix",
+        type=Path,
+        default=None,
+        help=f"the matrix file (default: ./{DEFAULT_MATRIX}, else the packaged default matrix and its samples)",
+    )
+
+
+def matrix_of(given: Path | None) -> Path:
+    """--matrix as given, else the default matrix (config.defaults); the packaged one is said on stderr: no file
+    of the working directory chose it."""
+    if given is not None:
+        return given
+    path = default_matrix(Path())
+    say_packaged(path)
+    return path
+
+
+def say_packaged(path: Path) -> None:
+    """One line on stderr when the default matrix is the packaged one: no file of the working directory chose it."""
+    if path != DEFAULT_MATRIX:
+        notes.print(f"no {DEFAULT_MATRIX} here: running the packaged default matrix {path} and its sample extensions")
 
 
 def positive_int(text: str) -> int:

@@ -10,10 +10,16 @@ from typing import TYPE_CHECKING
 
 from rich.markup import escape
 
-from torch_abi_harness.cli.args import Command, existing_file, positive_int, positive_seconds
+from torch_abi_harness.cli.args import (
+    Command,
+    add_matrix_option,
+    existing_file,
+    matrix_of,
+    positive_int,
+    positive_seconds,
+)
 from torch_abi_harness.cli.console import console, emit_json, notes
 from torch_abi_harness.cli.run_output import ConsoleObserver
-from torch_abi_harness.config import DEFAULT_MATRIX
 from torch_abi_harness.config.matrix import load_matrix
 from torch_abi_harness.core.errors import BadInputError, ExitCode
 from torch_abi_harness.core.files import writable_dir
@@ -31,7 +37,7 @@ def add_mutate(command: Command) -> None:
         help="detection power: run the selected stable builds' suites under each shim mutant of the catalogue "
         "(killed, survived, not applicable); mutation.json and mutation.md in the run's report directory",
     )
-    mutate.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX, help="the matrix file (default: %(default)s)")
+    add_matrix_option(mutate)
     mutate.add_argument(
         "-k", "--select", action="append", default=[], metavar="SELECTOR", help="only cells whose id matches (as run)"
     )
@@ -78,11 +84,12 @@ def cmd_mutate(args: argparse.Namespace) -> int:
     from torch_abi_harness.run.cells import RunOptions
 
     catalogue = load_catalogue(args.catalogue).select(args.mutant)
-    plan = make_plan(load_matrix(args.matrix), args.select)
+    matrix = load_matrix(matrix_of(args.matrix))
+    plan = make_plan(matrix, args.select)
     cells = default_cells(plan, args.runtime)
     if not cells:
         raise BadInputError(
-            f"no cell of {args.matrix} to mutate: mutation needs a stable extension (not a control) promised to "
+            f"no cell of {matrix.path} to mutate: mutation needs a stable extension (not a control) promised to "
             f"pass on the runtime ({', '.join(args.runtime) or 'the newest'}); see `python -m torch_abi_harness plan`"
         )
     plan = dataclasses.replace(plan, cells=cells)

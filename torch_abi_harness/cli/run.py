@@ -13,6 +13,7 @@ from rich.markup import escape
 from torch_abi_harness.cli.args import (
     Command,
     existing_dir,
+    say_packaged,
     one_of,
     positive_int,
     positive_seconds,
@@ -30,6 +31,7 @@ from torch_abi_harness.cli.run_output import (
     print_preamble,
 )
 from torch_abi_harness.config import DEFAULT_MATRIX, Matrix
+from torch_abi_harness.config.defaults import ConfigKind, default_matrix_source
 from torch_abi_harness.core.errors import BadInputError, ExitCode
 from torch_abi_harness.core.files import writable_dir
 from torch_abi_harness.core.kinds import Backend, ExecutorKind
@@ -115,7 +117,7 @@ def source_options(p: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         help=f"the matrix file (default: an extension's own [tool.torch-abi-harness] table or torch-abi.toml in the "
-        f"current directory, else {DEFAULT_MATRIX})",
+        f"current directory, else ./{DEFAULT_MATRIX}, else the packaged default matrix and its samples)",
     )
     p.add_argument(
         "--project",
@@ -336,6 +338,10 @@ def add_build(command: Command) -> None:
 
 def matrix_request(args: argparse.Namespace) -> MatrixRequest:
     """The matrix options of `run`, `gate`, `plan` and `build`, parsed once."""
+    if args.matrix is None and args.project is None and args.wheel is None:
+        source = default_matrix_source(Path())
+        if source.kind is ConfigKind.MATRIX:
+            say_packaged(source.path)
     return MatrixRequest(
         path=args.matrix,
         project=args.project,

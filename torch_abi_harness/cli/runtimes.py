@@ -13,7 +13,9 @@ from rich.table import Table
 
 from torch_abi_harness.cli.args import (
     Command,
+    add_matrix_option,
     listing_sources,
+    matrix_of,
     positive_seconds,
     python_specifier,
     release_specifier,
@@ -34,7 +36,7 @@ def add_base_image(command: Command) -> None:
     base = command(
         "base-image", help="docker backend: make (once) the base image cells run in, with debootstrap; print its name"
     )
-    base.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX, help="the matrix file (default: %(default)s)")
+    add_matrix_option(base)
     base.add_argument("--cache-dir", type=Path, default=None, help="working space (default: the user cache dir)")
     base.set_defaults(handler=cmd_base_image)
 
@@ -91,10 +93,13 @@ def add_runtimes(command: Command) -> None:
 
 def cmd_base_image(args: argparse.Namespace) -> int:
     # The docker SDK (~1 s to import) loads only for the commands that talk to the engine.
+    from torch_abi_harness.execute.container import require_sdk
+
+    require_sdk()
     from torch_abi_harness.execute.container.engine import connect
     from torch_abi_harness.execute.container.images import ensure_base
 
-    settings = load_matrix(args.matrix).docker
+    settings = load_matrix(matrix_of(args.matrix)).docker
     cache = cache_dir_of(args.cache_dir)
     writable_dir(cache, "--cache-dir")
     engine = connect()

@@ -3,6 +3,9 @@
 `--matrix FILE` names a matrix; `--project DIR` or `--wheel` an author's project. Without them, an author's table
 in the current directory (pyproject.toml's [tool.torch-abi-harness], or torch-abi.toml) wins over ./matrix.yaml,
 so that `torch-abi-harness run` in an extension's source tree runs that extension.
+Without any of them, ./matrix.yaml; and where there is none, the default matrix and the sample extensions an
+installed wheel carries as package data (`torch_abi_harness/samples/`, put there by setup.py from the repository's
+matrix.yaml and extensions/), so `torch-abi-harness run` works from any directory.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from pathlib import Path
 from torch_abi_harness.config import DEFAULT_MATRIX
 from torch_abi_harness.config.author import find_author_file
 from torch_abi_harness.core.errors import BadInputError
+
+PACKAGE = Path(__file__).resolve().parents[1]  # torch_abi_harness/, wherever it is installed
 
 
 class ConfigKind(enum.StrEnum):
@@ -33,7 +38,7 @@ def default_matrix_source(
     cwd: Path, matrix: Path | None = None, project: Path | None = None, wheel: Path | None = None
 ) -> ConfigSource:
     """--matrix, else --project (or --wheel: the project is cwd), else an author's table in cwd, else
-    ./matrix.yaml. A matrix with a project or a wheel is a contradiction, refused."""
+    ./matrix.yaml, else the packaged default (default_matrix). A matrix with a project or a wheel is a contradiction, refused."""
     if matrix is not None:
         if project is not None or wheel is not None:
             given = "--project" if project is not None else "--wheel"
@@ -46,4 +51,25 @@ def default_matrix_source(
         return ConfigSource(ConfigKind.AUTHOR, project or cwd)
     if find_author_file(cwd) is not None:
         return ConfigSource(ConfigKind.AUTHOR, cwd)
-    return ConfigSource(ConfigKind.MATRIX, DEFAULT_MATRIX)
+    return ConfigSource(ConfigKind.MATRIX, default_matrix(cwd))
+
+
+def packaged_samples() -> Path | None:
+    """The folder holding the packaged default matrix beside its extensions/: `samples/` inside an installed wheel;
+    in an editable install the checkout's root, whose files the wheel packages (None when neither is there)."""
+    for folder in (PACKAGE / "samples", PACKAGE.parent):
+        if (folder / DEFAULT_MATRIX).is_file() and (folder / "extensions").is_dir():
+            return folder
+    return None
+
+
+def default_matrix(cwd: Path) -> Path:
+    """The matrix a command runs without --matrix: cwd's matrix.yaml when there is one, else the packaged default.
+    Neither there: cwd's matrix.yaml still, so that reading it says the file is missing and where."""
+    here = cwd / DEFAULT_MATRIX
+    if here.is_file():
+        return here
+    samples = packaged_samples()
+    if samples is None:
+        return here
+    return samples / DEFAULT_MATRIX

@@ -196,4 +196,7 @@ def _find_uv() -> str:
         found = shutil.which("uv")
         if found:
             return found
-    raise InfrastructureError("uv is not installed: `pip install uv` (the harness creates its environments with it)")
+    raise InfrastructureError(
+        "uv is not installed, and none is on PATH: the harness makes its environments and builds with it; "
+        "pip install 'torch-abi-harness[run]' (the uv package), or install uv (https://docs.astral.sh/uv/)"
+    )

@@ -19,6 +19,7 @@ from torch_abi_harness.core.files import writable_dir
 from torch_abi_harness.core.kinds import Backend, ExecutorKind
 from torch_abi_harness.plan import Plan
 from torch_abi_harness.provision.envs import cache_dir_of
+from torch_abi_harness.provision.sources import uv_binary
 from torch_abi_harness.results.model import ReportError, RunResult
 from torch_abi_harness.run.cells import RunOptions
 from torch_abi_harness.run.floor import imports_measured
@@ -108,6 +109,7 @@ def execute_plan(plan: Plan, options: ExecuteOptions, hooks: RunHooks, *, html: 
     cache_dir = cache_dir_of(options.cache_dir)
     writable_dir(options.reports_dir, "--reports-dir")
     writable_dir(cache_dir, "--cache-dir" if options.cache_dir else "the cache directory ($HARNESS_CACHE_DIR)")
+    uv_binary()  # envs and builds are made with uv: without it, one sentence says what to install, before any work
     run_options = RunOptions(
         reports_dir=options.reports_dir,
         cache_dir=cache_dir,

@@ -66,7 +66,10 @@ def _venv_backend(matrix: Matrix, cache_dir: Path, choice: BackendChoice) -> Exe
 
 
 def _docker_backend(matrix: Matrix, cache_dir: Path, choice: BackendChoice) -> Executor:
-    from torch_abi_harness.execute.container.backend import DockerBackend  # the docker SDK only when asked for
+    from torch_abi_harness.execute.container import require_sdk  # the docker SDK only when asked for
+
+    require_sdk()
+    from torch_abi_harness.execute.container.backend import DockerBackend
     from torch_abi_harness.execute.container.engine import connect
 
     route = choice.route
