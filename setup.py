@@ -18,7 +18,10 @@ from setuptools.command.build_py import build_py
 SAMPLES_PACKAGE = "torch_abi_harness.samples"
 # What a local build or test run leaves in an extension's folder (plan.BUILD_OUTPUTS, which the build cache's digest
 # leaves out too: the packaged samples digest as a clean checkout's do, so their builds are shared).
-LEFT_OUT = ("__pycache__", "build", "dist", "*.egg-info", "*.so", "*.pyc", ".pytest_cache")
+LEFT_OUT = (
+    "__pycache__", "build", "dist", "*.egg-info", "*.so", "*.pyc", ".pytest_cache",
+    ".git", ".nox", ".tox", ".venv", ".mypy_cache", ".ruff_cache", "reports",
+)  # fmt: skip
 
 
 def sample_files(root: Path) -> list[str]:
