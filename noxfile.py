@@ -126,7 +126,7 @@ def mutation_pass(session: nox.Session) -> None:
     session.run("python", "tools/mutation_pass.py", *session.posargs)
 
 
-SHELL_SCRIPTS = [".ci/run", "ci/dockerd.sh", "ci/bootstrap.sh", "ci/gpu-device.sh"]
+SHELL_SCRIPTS = [".ci/run", "ci/dockerd.sh", "ci/bootstrap.sh", "ci/gpu-device.sh", "ci/action-args.sh"]
 PYTHON_TREES = ["torch_abi_harness", "tests", "tools", "benchmarks", "extensions", "examples", "noxfile.py"]
 
 
@@ -143,9 +143,10 @@ def lint(session: nox.Session) -> None:
     session.run("lint-imports")  # the wings import downwards only ([tool.importlinter] in pyproject.toml)
     session.run("shellcheck", *SHELL_SCRIPTS)
     # actionlint runs the shellcheck above (on PATH in this session) over every run: script too.
-    workflows = sorted(str(p) for p in Path("ci").glob("*.yml"))
+    workflows = sorted(str(p) for p in [*Path("ci").glob("*.yml"), *Path(".github/workflows").glob("*.yml")])
     session.run("actionlint", "-config-file", ".github/actionlint.yaml", *workflows)
-    session.run("zizmor", "--offline", *workflows)  # artifact credentials, template injection, permissions
+    # artifact credentials, template injection, permissions; action.yml too (actionlint reads workflows only)
+    session.run("zizmor", "--offline", *workflows, "action.yml")
 
 
 @nox.session(default=False)
