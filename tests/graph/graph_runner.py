@@ -20,6 +20,10 @@ declared artifacts passed between jobs. `run:` steps run for real with bash as G
 - actions/cache/restore and save: restore seeds `path` from `seed_cache(key, path)` (the test decides
   what an earlier nightly of that job would have saved); save records the size it would upload.
 
+A `uses:` that names a composite action (a path in the workspace, `./path`, or a remote action the test maps to
+a folder of this machine with `actions`) runs the action's own steps: graph_actions.py. setup-python's CPythons
+are graph_python.py's.
+
 Nothing else of GitHub is imitated: another action, expression, matrix form or key this runner does not
 know fails the job loudly (UnsupportedWorkflow).
 """
@@ -30,7 +34,6 @@ import dataclasses
 import fnmatch
 import logging
 import os
-import re
 import shutil
 import subprocess
 import threading
@@ -41,7 +44,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from graph_actions import action_folder, repository_files, run_composite
+from graph_errors import ActionFailed, UnsupportedWorkflow
 from graph_expressions import Evaluator, UnsupportedExpression
+from graph_python import provided_python, setup_python, without_pyenv
 
 log = logging.getLogger(__name__)
 KNOWN_ACTIONS = (
@@ -53,14 +59,9 @@ KNOWN_ACTIONS = (
     "actions/cache/save",
 )
 JOB_KEYS = {"name", "needs", "if", "runs-on", "timeout-minutes", "strategy", "env", "outputs", "steps", "permissions"}
-STEP_KEYS = {"name", "id", "if", "uses", "with", "run", "shell", "env", "continue-on-error"}
+STEP_KEYS = {"name", "id", "if", "uses", "with", "run", "shell", "env", "continue-on-error", "working-directory"}
 PASSED_ENV = ("PATH", "LANG", "LC_ALL", "TERM", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
 PASSED_PREFIXES = ("PIP_", "UV_INDEX", "UV_EXTRA_INDEX", "UV_FIND_LINKS", "UV_INDEX_STRATEGY")
-PYENV_VERSION_DIR = re.compile(r"^(\d+)\.(\d+)\.(\d+)(t?)$")  # pyenv's CPythons: 3.10.13, 3.13.0t
-
-
-class UnsupportedWorkflow(Exception):
-    """Something of the workflow this runner does not run; it never guesses."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,42 +165,6 @@ def read_env_file(path: Path) -> dict[str, str]:
     return found
 
 
-def pyenv_root(environ: Mapping[str, str]) -> Path:
-    return Path(environ.get("PYENV_ROOT") or Path(environ.get("HOME") or Path.home()) / ".pyenv")
-
-
-def without_pyenv(path: str, environ: Mapping[str, str]) -> str:
-    """A PATH without pyenv's folders (its shims answer for any version pyenv selects): a hosted runner has none."""
-    root = pyenv_root(environ)
-    return os.pathsep.join(p for p in path.split(os.pathsep) if p and not Path(p).is_relative_to(root))
-
-
-def provided_python(version: str, environ: Mapping[str, str] = os.environ) -> Path | None:
-    """The CPython `version` (3.10, 3.13t) this machine provides to setup-python: pyenv's newest of that minor,
-    else `pythonX.Y` on the machine's PATH outside pyenv; None when it has none."""
-    found: list[tuple[int, Path]] = []
-    versions = pyenv_root(environ) / "versions"
-    for entry in versions.iterdir() if versions.is_dir() else ():
-        match = PYENV_VERSION_DIR.match(entry.name)
-        binary = entry / "bin" / f"python{version}"
-        if match and f"{match[1]}.{match[2]}{match[4]}" == version and binary.is_file():
-            found.append((int(match[3]), binary))
-    if found:
-        return max(found)[1]
-    on_path = shutil.which(f"python{version}", path=without_pyenv(environ.get("PATH", ""), environ))
-    return Path(on_path) if on_path else None
-
-
-def repository_files(repo: Path) -> list[str]:
-    out = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=repo,
-        capture_output=True,
-        check=True,
-    ).stdout
-    return [f for f in out.decode().split("\0") if f and (repo / f).is_file()]
-
-
 @dataclasses.dataclass
 class Runner:
     workflow: Path
@@ -211,6 +176,8 @@ class Runner:
     run_id: str = "4242"
     variables: Mapping[str, str] = dataclasses.field(default_factory=dict)
     records: list[JobRecord] = dataclasses.field(default_factory=list)
+    actions: Mapping[str, Path] = dataclasses.field(default_factory=dict)  # owner/name -> its composite action's folder
+    inner_steps: list[StepRecord] = dataclasses.field(default_factory=list)  # composite actions' steps, as they ran
 
     def __post_init__(self) -> None:
         self.doc = yaml.safe_load(self.workflow.read_text())
@@ -362,7 +329,7 @@ class Runner:
         )
         return env
 
-    def run_step(self, step: Mapping[str, Any], number: int, job: JobScope) -> StepRecord:
+    def run_step(self, step: Mapping[str, Any], number: int | str, job: JobScope) -> StepRecord:
         unknown = set(step) - STEP_KEYS
         if unknown:
             raise UnsupportedWorkflow(f"step {step.get('name', number)}: keys {sorted(unknown)} are not run here")
@@ -384,7 +351,9 @@ class Runner:
         )
         workspace = Path(job.env["GITHUB_WORKSPACE"])
         try:
-            if "uses" in step:
+            if "uses" in step and action_folder(step["uses"], workspace, self.actions):
+                outputs, ok = run_composite(self, step, job, str(number)), True
+            elif "uses" in step:
                 outputs = self.use(step, job.evaluator, job.env, workspace, job.posts)
                 ok = True
             else:
@@ -393,7 +362,7 @@ class Runner:
                 job.env.update(read_env_file(files / f"env-{number}"))
         except (ActionFailed, subprocess.TimeoutExpired) as exc:
             log.warning("step %r failed: %s", title, exc)
-            ok, outputs = False, {}
+            ok, outputs = False, getattr(exc, "outputs", {})
         outcome = "success" if ok else "failure"
         self._record_step(step, job.contexts, outcome, outputs)
         log.info("  step %r: %s (%.1f s)", title, outcome, time.monotonic() - started)
@@ -406,9 +375,16 @@ class Runner:
             contexts["steps"][step["id"]] = {"outputs": outputs, "outcome": outcome, "conclusion": conclusion}
 
     def run_script(
-        self, step: Mapping[str, Any], evaluator: Evaluator, env: dict[str, str], cwd: Path, deadline: float, n: int
+        self,
+        step: Mapping[str, Any],
+        evaluator: Evaluator,
+        env: dict[str, str],
+        cwd: Path,
+        deadline: float,
+        n: int | str,
     ) -> bool:
         script = evaluator.interpolate(step["run"])
+        cwd = cwd / evaluator.interpolate(str(step.get("working-directory", ".")))
         shell = step.get("shell")
         if shell not in (None, "bash"):
             raise UnsupportedWorkflow(f"shell {shell!r}: only bash is run")
@@ -458,44 +434,7 @@ class Runner:
     def setup_python(
         self, given: Mapping[str, Any], env: dict[str, str], posts: list[Callable[[], None]]
     ) -> dict[str, str]:
-        versions = [v.strip() for v in str(given.get("python-version") or "").splitlines() if v.strip()]
-        if not versions:
-            raise ActionFailed("setup-python: no python-version given")
-        toolcache = Path(env["RUNNER_TEMP"]).parent / "hostedtoolcache"
-        for version in versions:  # each prepended: the last listed is first on PATH
-            found = provided_python(version)
-            if found is None:
-                raise ActionFailed(f"setup-python {version}: this machine provides no CPython {version}")
-            folder = toolcache / "Python" / version / "bin"
-            if not folder.is_dir():
-                folder.mkdir(parents=True)
-                for name in dict.fromkeys(("python", "python3", f"python{version}")):
-                    (folder / name).symlink_to(found)
-            env["PATH"] = f"{folder}:{env['PATH']}"
-        default = toolcache / f"venv-{versions[-1]}"
-        if not default.is_dir():
-            subprocess.run([str(found), "-m", "venv", str(default)], check=True)
-        env["PATH"] = f"{default / 'bin'}:{env['PATH']}"
-        if shutil.which("python", path=env["PATH"]) != str(default / "bin" / "python"):
-            raise UnsupportedWorkflow(f"setup-python: `python` on the job's PATH is not {default}/bin/python")
-        if given.get("cache") == "pip":
-            posts.append(self.pip_cache(env))
-        return {"python-version": versions[-1]}
-
-    def pip_cache(self, env: dict[str, str]) -> Callable[[], None]:
-        """setup-python's `cache: pip`: pip's cache restored from the store now; the returned post step saves it."""
-        cache = Path(env["HOME"]) / ".cache" / "pip"
-        saved = self.store / "pip"
-        if saved.is_dir() and not cache.is_dir():
-            shutil.copytree(saved, cache)
-        env["PIP_CACHE_DIR"] = str(cache)
-
-        def save() -> None:
-            if cache.is_dir():
-                shutil.rmtree(saved, ignore_errors=True)
-                shutil.copytree(cache, saved)
-
-        return save
+        return setup_python(given, env, posts, self.store)
 
     def upload(self, given: Mapping[str, Any], workspace: Path) -> dict[str, str]:
         name = str(given["name"])
@@ -529,12 +468,17 @@ class Runner:
         return {"download-path": str(path)}
 
 
-class ActionFailed(Exception):
-    """A replaced action failed the way the action itself would (a missing artifact, no files)."""
-
-
 def _hidden(folder: str, names: list[str]) -> list[str]:
     return [n for n in names if n.startswith(".")]
 
 
-__all__ = ["JobRecord", "Runner", "UnsupportedExpression", "UnsupportedWorkflow", "loop_disk"]
+__all__ = [
+    "ActionFailed",
+    "JobRecord",
+    "Runner",
+    "UnsupportedExpression",
+    "UnsupportedWorkflow",
+    "loop_disk",
+    "provided_python",
+    "without_pyenv",
+]
