@@ -475,6 +475,7 @@ def _hidden(folder: str, names: list[str]) -> list[str]:
 __all__ = [
     "ActionFailed",
     "JobRecord",
+    "JobScope",
     "Runner",
     "UnsupportedExpression",
     "UnsupportedWorkflow",
