@@ -262,8 +262,13 @@ def _tests_apart(extension: Extension) -> bool:
     return extension.wheel is not None or not extension.tests.is_relative_to(extension.root)
 
 
-# What a build leaves in an extension's directory: not part of what the extension is.
-BUILD_OUTPUTS = ("__pycache__", "build", "dist", "*.egg-info", "*.so", "*.pyc", ".pytest_cache")
+# What a build, a run or a checkout leaves in an extension's directory: not part of what the extension is. An
+# author's source tree (`run` in it) holds its repository, its tools' folders and the harness's own `reports/`: a
+# run there must neither copy them into each build nor change the build's key.
+BUILD_OUTPUTS = (
+    "__pycache__", "build", "dist", "*.egg-info", "*.so", "*.pyc", ".pytest_cache",
+    ".git", ".nox", ".tox", ".venv", ".mypy_cache", ".ruff_cache", "reports",
+)  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)

@@ -51,7 +51,29 @@ from torch_abi_harness.run.shard import build_jobs, fan_out, measured_durations,
 
 def matrix_options(p: argparse.ArgumentParser) -> None:
     """The matrix, the cells of it (-k), the backend and where torch comes from: `run`, `gate`, `plan`."""
-    p.add_argument("--matrix", type=Path, default=DEFAULT_MATRIX, help="the matrix file (default: %(default)s)")
+    p.add_argument(
+        "--matrix",
+        type=Path,
+        default=None,
+        help=f"the matrix file (default: an extension's own [tool.torch-abi-harness] table or torch-abi.toml in the "
+        f"current directory, else {DEFAULT_MATRIX})",
+    )
+    p.add_argument(
+        "--project",
+        type=existing_dir,
+        default=None,
+        metavar="DIR",
+        help="an extension's source tree whose pyproject.toml has a [tool.torch-abi-harness] table (or a "
+        "torch-abi.toml): build it with its own build backend and run its tests (default: the current directory)",
+    )
+    p.add_argument(
+        "--wheel",
+        type=Path,
+        default=None,
+        metavar="WHEEL",
+        help="the project's built wheel (a path or a glob matching one file): tested instead of a build from "
+        "its sources",
+    )
     p.add_argument(
         "-k",
         "--select",
@@ -310,6 +332,8 @@ def matrix_request(args: argparse.Namespace) -> MatrixRequest:
     """The matrix options of `run`, `gate`, `plan` and `build`, parsed once."""
     return MatrixRequest(
         path=args.matrix,
+        project=args.project,
+        wheel=args.wheel,
         add_runtimes=tuple(args.add_runtime),
         extra_index_urls=tuple(args.extra_index_url),
         find_links=tuple(args.find_links),

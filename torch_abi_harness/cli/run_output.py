@@ -132,6 +132,8 @@ def print_preamble(plan: Plan, verb: str) -> None:
         f"[bold]{len(plan.cells)} cells selected[/] {verb}"
         + (f" (selectors: {' '.join(plan.selectors)})" if plan.selectors else "")
     )
+    for note in plan.matrix.notes:  # an author's table: the defaults it took from the project
+        console.print(f"   [dim]{escape(note)}[/]")
 
 
 def print_plan(plan: Plan) -> None:

@@ -1,5 +1,6 @@
 """The configuration model: matrix.yaml and extension.yaml as frozen dataclasses (read by config.matrix and
-config.extension, validated against the package's schemas)."""
+config.extension; an author's [tool.torch-abi-harness] table by config.author), validated against the package's
+schemas."""
 
 from __future__ import annotations
 
@@ -230,6 +231,7 @@ class Matrix:
     limits: Limits = Limits()
     candidate: str | None = None  # `run --candidate`: a release added as a runtime and as a build torch
     published: tuple[PublishedRequest, ...] = ()  # builds naming published wheels, not yet resolved
+    notes: tuple[str, ...] = ()  # an author's table: each default and where it was read from, shown before a run
 
 
 def is_path(request: str) -> bool:

@@ -71,13 +71,15 @@ def test_requirements(doc: Document, directory: Path, problems: list[str]) -> tu
     extension.yaml; nested `-r` relative to the file naming them); an invalid line is a problem naming it."""
     found: list[str] = []
     for index, item in enumerate(doc.data.get("test_requires") or []):
-        _requirement_line(item, doc.where(("test_requires", index)), directory, found, problems, ())
+        requirement_line(item, doc.where(("test_requires", index)), directory, found, problems, ())
     return tuple(dict.fromkeys(found))
 
 
-def _requirement_line(
+def requirement_line(
     line: str, where: str, base: Path, found: list[str], problems: list[str], reading: tuple[Path, ...]
 ) -> None:
+    """One line of a test requirement list (extension.yaml's `test_requires:`, an author table's `test-requires`):
+    a requirement appended to found, a `-r FILE` read (relative to base), anything else a problem naming where."""
     text = line.split(" #", 1)[0].strip() if not line.lstrip().startswith("#") else ""
     if not text:
         return
@@ -93,7 +95,7 @@ def _requirement_line(
             problems.append(f"{where}: cannot read the requirements file {value.strip()!r} ({path}): {exc}")
             return
         for number, inner in enumerate(lines, 1):
-            _requirement_line(inner, f"{path}: line {number}", path.parent, found, problems, (*reading, path))
+            requirement_line(inner, f"{path}: line {number}", path.parent, found, problems, (*reading, path))
         return
     if text.startswith("-"):
         problems.append(

@@ -11,7 +11,8 @@ from typing import NamedTuple, Protocol
 
 from torch_abi_harness.builds.published import with_published
 from torch_abi_harness.config import Matrix
-from torch_abi_harness.config.matrix import load_matrix, with_overrides
+from torch_abi_harness.config.defaults import default_matrix_source, load_source
+from torch_abi_harness.config.matrix import with_overrides
 from torch_abi_harness.core.errors import BadInputError
 from torch_abi_harness.core.files import writable_dir
 from torch_abi_harness.core.kinds import Backend, ExecutorKind
@@ -27,10 +28,13 @@ from torch_abi_harness.static.op_calls import OpCall
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class MatrixRequest:
-    """The matrix file and what the command line adds to it (--add-runtime, --extra-index-url, --find-links,
-    --use-env), with the backend the cells will run on (--use-env is for venv only)."""
+    """The matrix file (or an author's project: --project, --wheel) and what the command line adds to it
+    (--add-runtime, --extra-index-url, --find-links, --use-env), with the backend the cells will run on (--use-env
+    is for venv only). No path and no project: config.defaults decides."""
 
-    path: Path
+    path: Path | None = None
+    project: Path | None = None  # an extension's source tree with a [tool.torch-abi-harness] table
+    wheel: Path | None = None  # its built wheel (a path or glob), tested instead of a build from its sources
     add_runtimes: tuple[str, ...] = ()
     extra_index_urls: tuple[str, ...] = ()
     find_links: tuple[str, ...] = ()
@@ -43,8 +47,9 @@ def load_plain_matrix(request: MatrixRequest, cache_dir: Path) -> Matrix:
     (downloaded once into the cache)."""
     if request.environments and request.backend is not Backend.VENV:
         raise BadInputError("--use-env is for the venv backend: the docker backend runs the envs it makes or images")
+    source = default_matrix_source(Path.cwd(), request.path, request.project, request.wheel)
     matrix = with_overrides(
-        load_matrix(request.path),
+        load_source(source, request.wheel),
         request.add_runtimes,
         request.extra_index_urls,
         request.find_links,

@@ -1,0 +1,57 @@
+"""Which configuration a command runs when it is not told: the one home of that decision.
+
+`--matrix FILE` names a matrix; `--project DIR` or `--wheel` an author's project. Without them, an author's table
+in the current directory (pyproject.toml's [tool.torch-abi-harness], or torch-abi.toml) wins over ./matrix.yaml,
+so that `torch-abi-harness run` in an extension's source tree runs that extension.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from pathlib import Path
+
+from torch_abi_harness.config import DEFAULT_MATRIX, Matrix
+from torch_abi_harness.config.author import find_author_file, load_author_config
+from torch_abi_harness.config.matrix import load_matrix
+from torch_abi_harness.core.errors import BadInputError
+
+
+class ConfigKind(enum.StrEnum):
+    MATRIX = "matrix"  # a matrix file (matrix.yaml's format)
+    AUTHOR = "author"  # an extension's own project: its [tool.torch-abi-harness] table or torch-abi.toml
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigSource:
+    """What a command reads: a matrix file, or an author's project directory."""
+
+    kind: ConfigKind
+    path: Path
+
+
+def default_matrix_source(
+    cwd: Path, matrix: Path | None = None, project: Path | None = None, wheel: Path | None = None
+) -> ConfigSource:
+    """--matrix, else --project (or --wheel: the project is cwd), else an author's table in cwd, else
+    ./matrix.yaml. A matrix with a project or a wheel is a contradiction, refused."""
+    if matrix is not None:
+        if project is not None or wheel is not None:
+            given = "--project" if project is not None else "--wheel"
+            raise BadInputError(
+                f"--matrix names a matrix file and {given} an extension's own project: give one of them "
+                "(a prebuilt wheel in a matrix is an extension with `recipe: wheel`)"
+            )
+        return ConfigSource(ConfigKind.MATRIX, matrix)
+    if project is not None or wheel is not None:
+        return ConfigSource(ConfigKind.AUTHOR, project or cwd)
+    if find_author_file(cwd) is not None:
+        return ConfigSource(ConfigKind.AUTHOR, cwd)
+    return ConfigSource(ConfigKind.MATRIX, DEFAULT_MATRIX)
+
+
+def load_source(source: ConfigSource, wheel: Path | None = None) -> Matrix:
+    """The matrix a source describes: a matrix file read, or an author's table translated."""
+    if source.kind is ConfigKind.AUTHOR:
+        return load_author_config(source.path, wheel).matrix
+    return load_matrix(source.path)
