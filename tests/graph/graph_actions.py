@@ -50,9 +50,7 @@ def download(uses: str, source: Path, disk: Path) -> Path:
     name, _, ref = uses.partition("@")
     target = disk / "_actions" / name / (ref or "main")
     if not target.is_dir():
-        for relative in repository_files(source):
-            (target / relative).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source / relative, target / relative)
+        copy_checkout(source, target)
     return target
 
 
@@ -65,6 +63,13 @@ def repository_files(repo: Path) -> list[str]:
         check=True,
     ).stdout
     return [f for f in out.decode().split("\0") if f and (repo / f).is_file()]
+
+
+def copy_checkout(source: Path, target: Path) -> None:
+    """A checkout of source at target: its tracked and untracked-but-not-ignored files."""
+    for relative in repository_files(source):
+        (target / relative).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source / relative, target / relative)
 
 
 def read_action(folder: Path) -> dict[str, Any]:
@@ -119,3 +124,63 @@ def run_composite(runner: Runner, step: Mapping[str, Any], job: JobScope, number
     if failed:
         raise ActionFailed(f"{uses}: step(s) {failed} failed", outputs)
     return outputs
+
+
+def checkout(given: Mapping[str, Any], workspace: Path, repo: Path, mapped: Mapping[str, Path]) -> None:
+    """actions/checkout's effect: the workflow's repository (or `repository:`, a repository the runner was given a
+    folder for) copied into the workspace (or its `path:`). `ref:` is the folder as it is: the test chose it."""
+    source = repo
+    if given.get("repository"):
+        name = str(given["repository"])
+        if name not in mapped:
+            raise UnsupportedWorkflow(f"checkout of {name}: no folder given for it (Runner.actions)")
+        source = mapped[name]
+    copy_checkout(source, workspace / str(given.get("path") or "."))
+
+
+CALL_KEYS = {"uses", "with", "secrets"}
+
+
+def called_workflow(uses: str, repo: Path, mapped: Mapping[str, Path]) -> Path:
+    """A job's `uses:` workflow file: `./.github/workflows/x.yml` in the calling repository, or
+    `owner/name/.github/workflows/x.yml@ref` in the folder the runner was given for owner/name."""
+    if uses.startswith("./"):
+        return repo / uses
+    owner, name, rest = uses.split("@")[0].split("/", 2)
+    if f"{owner}/{name}" not in mapped:
+        raise UnsupportedWorkflow(f"{uses}: no folder given for {owner}/{name} (Runner.actions)")
+    return mapped[f"{owner}/{name}"] / rest
+
+
+def call_inputs(call: Mapping[str, Any], given: Mapping[str, Any], uses: str) -> dict[str, Any]:
+    """The called workflow's `inputs`: what `with:` gave, else each declared input's default; an undeclared input or
+    a required one not given fails, as GitHub refuses such a call before any job starts."""
+    declared = call.get("inputs") or {}
+    unknown = sorted(set(given) - set(declared))
+    missing = sorted(k for k, spec in declared.items() if (spec or {}).get("required") and k not in given)
+    if unknown or missing:
+        raise UnsupportedWorkflow(f"{uses}: inputs {unknown} not declared, required inputs {missing} not given")
+    return {k: given[k] if k in given else (spec or {}).get("default", "") for k, spec in declared.items()}
+
+
+def run_called_workflow(runner: Runner, name: str, job: Mapping[str, Any], evaluator: Evaluator) -> dict[str, Any]:
+    """A job that calls a reusable workflow: its jobs run in order, as this run's (same artifacts, same run id),
+    labelled `caller / job`; the job's result is theirs, its outputs the called workflow's `outputs`."""
+    uses = str(job["uses"])
+    path = called_workflow(uses, runner.repo, runner.actions)
+    doc = yaml.safe_load(path.read_text())
+    triggers = doc.get("on", doc.get(True)) or {}  # YAML 1.1 reads the key `on` as true
+    if not isinstance(triggers, dict) or "workflow_call" not in triggers:
+        raise UnsupportedWorkflow(f"{uses}: not a reusable workflow (no `on: workflow_call`)")
+    call = triggers["workflow_call"] or {}
+    given = {k: evaluator.value(v) for k, v in (job.get("with") or {}).items()}
+    inputs = call_inputs(call, given, uses)
+    called = dataclasses.replace(runner, workflow=path, inputs=inputs, records=[])
+    called.run(tuple(called.doc["jobs"]))
+    for record in called.records:
+        record.label = f"{name} / {record.label}"
+    runner.records.extend(called.records)
+    results = [r["result"] for r in called.results.values()]
+    jobs = Evaluator({"jobs": called.results, "inputs": inputs})
+    outputs = {k: jobs.interpolate(str(v.get("value", ""))) for k, v in (call.get("outputs") or {}).items()}
+    return {"result": "success" if all(r in ("success", "skipped") for r in results) else "failure", "outputs": outputs}

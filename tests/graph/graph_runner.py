@@ -21,7 +21,8 @@ declared artifacts passed between jobs. `run:` steps run for real with bash as G
   what an earlier nightly of that job would have saved); save records the size it would upload.
 
 A `uses:` that names a composite action (a path in the workspace, `./path`, or a remote action the test maps to
-a folder of this machine with `actions`) runs the action's own steps: graph_actions.py. setup-python's CPythons
+a folder of this machine with `actions`) runs the action's own steps, and a job's `uses:` of a reusable workflow
+runs its jobs as this run's: graph_actions.py, which also checks out a `repository:` so mapped. setup-python's CPythons
 are graph_python.py's.
 
 Nothing else of GitHub is imitated: another action, expression, matrix form or key this runner does not
@@ -44,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from graph_actions import action_folder, repository_files, run_composite
+from graph_actions import CALL_KEYS, action_folder, checkout, run_called_workflow, run_composite
 from graph_errors import ActionFailed, UnsupportedWorkflow
 from graph_expressions import Evaluator, UnsupportedExpression
 from graph_python import provided_python, setup_python, without_pyenv
@@ -232,7 +233,7 @@ class Runner:
 
     def run_job(self, name: str) -> None:
         job = self.doc["jobs"][name]
-        unknown = set(job) - JOB_KEYS
+        unknown = set(job) - JOB_KEYS - (CALL_KEYS if "uses" in job else set())
         if unknown:
             raise UnsupportedWorkflow(f"job {name}: keys {sorted(unknown)} are not run by this runner")
         contexts = self.contexts(name)
@@ -241,6 +242,9 @@ class Runner:
         if not evaluator.condition(job.get("if")):
             self.results[name] = {"result": "skipped", "outputs": {}}
             self.records.append(JobRecord(name, name, "skipped"))
+            return
+        if "uses" in job:  # a reusable workflow's jobs, as this run's
+            self.results[name] = run_called_workflow(self, name, job, evaluator)
             return
         entries: list[dict[str, Any]] = [{}]
         if "strategy" in job:
@@ -412,9 +416,7 @@ class Runner:
             raise UnsupportedWorkflow(f"{step['uses']}: not an action this runner replaces")
         given = {k: evaluator.value(v) for k, v in step.get("with", {}).items()}
         if action == "actions/checkout":
-            for name in repository_files(self.repo):
-                (workspace / name).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(self.repo / name, workspace / name)
+            checkout(given, workspace, self.repo, self.actions)
             return {}
         if action == "actions/setup-python":
             return self.setup_python(given, env, posts)

@@ -240,3 +240,95 @@ def test_a_mapped_remote_action_runs_from_a_copy_on_the_jobs_disk(tmp_path: Path
     assert job.contexts["steps"]["a"]["outputs"]["said"].endswith(f"{copy}/here")
     with pytest.raises(UnsupportedWorkflow, match="not an action this runner replaces"):
         graph.run_step({"uses": "other/act@v1"}, 1, job)  # an action neither mapped nor replaced
+
+
+CALLER = """name: caller
+on: push
+jobs:
+  call:
+    uses: ./.github/workflows/called.yml
+    with: {greeting: "${{ vars.GREETING }}"}
+  after:
+    needs: call
+    runs-on: ubuntu-latest
+    steps:
+      - run: test "${{ needs.call.outputs.said }}" = "hi from first, the default"
+"""
+CALLED = """name: called
+on:
+  workflow_call:
+    inputs:
+      greeting: {type: string, required: true}
+      other: {type: string, required: false, default: the default}
+    outputs:
+      said: {value: "${{ jobs.second.outputs.said }}"}
+jobs:
+  first:
+    runs-on: ubuntu-latest
+    outputs: {word: "${{ steps.w.outputs.word }}"}
+    steps:
+      - uses: actions/checkout@v5
+      - uses: actions/checkout@v5
+        with: {repository: owner/tool, path: tool}
+      - id: w
+        run: |
+          test -f tool/marker && test -f .github/workflows/called.yml
+          echo "word=first" >> "$GITHUB_OUTPUT"
+  second:
+    needs: first
+    runs-on: ubuntu-latest
+    outputs: {said: "${{ steps.s.outputs.said }}"}
+    steps:
+      - id: s
+        run: |
+          said="${{ inputs.greeting }} from ${{ needs.first.outputs.word }}"
+          echo "said=$said, ${{ inputs.other }}" >> "$GITHUB_OUTPUT"
+"""
+
+
+def caller_repository(root: Path) -> tuple[Path, Path]:
+    """A repository whose workflow calls its own reusable workflow, and another repository (`owner/tool`)."""
+    repo, tool = root / "repo", root / "tool"
+    (repo / ".github" / "workflows").mkdir(parents=True)
+    (repo / ".github" / "workflows" / "caller.yml").write_text(CALLER)
+    (repo / ".github" / "workflows" / "called.yml").write_text(CALLED)
+    tool.mkdir()
+    (tool / "marker").touch()
+    for folder in (repo, tool):
+        subprocess.run(["git", "init", "-q", str(folder)], check=True)
+    return repo, tool
+
+
+def test_a_job_that_calls_a_reusable_workflow_runs_its_jobs_with_its_inputs_and_outputs(tmp_path: Path) -> None:
+    """The called workflow's jobs run in order as this run's (labelled `caller / job`), with `with:` and the
+    declared defaults as `inputs`; its `outputs` (over its jobs') are the calling job's, for the jobs that need it;
+    a checkout of another `repository:` into a `path:` is the folder the runner was given for it."""
+    if os.geteuid() != 0:
+        pytest.fail("the jobs run on loop-mounted disks: run it as root")
+    repo, tool = caller_repository(tmp_path)
+    graph = Runner(
+        repo / ".github" / "workflows" / "caller.yml",
+        repo,
+        tmp_path / "root",
+        {},
+        lambda *_: None,
+        disk_gb=1,
+        variables={"GREETING": "hi"},
+        actions={"owner/tool": tool},
+    )
+    graph.run(("after",))
+    assert [(r.label, r.result) for r in graph.records] == [
+        ("call / first", "success"),
+        ("call / second", "success"),
+        ("after", "success"),
+    ]
+    assert graph.results["call"] == {"result": "success", "outputs": {"said": "hi from first, the default"}}
+
+
+def test_a_call_without_a_required_input_is_refused(tmp_path: Path) -> None:
+    repo, _ = caller_repository(tmp_path)
+    caller = repo / ".github" / "workflows" / "caller.yml"
+    caller.write_text(CALLER.replace('    with: {greeting: "${{ vars.GREETING }}"}\n', ""))
+    graph = Runner(caller, repo, tmp_path / "root", {}, lambda *_: None)
+    with pytest.raises(UnsupportedWorkflow, match=r"required inputs \['greeting'\] not given"):
+        graph.run_job("call")
