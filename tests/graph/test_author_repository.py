@@ -14,12 +14,10 @@ summary; the report was uploaded; the job's peak disk stayed under 14 GB. Prints
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -95,19 +93,6 @@ def author_repository(root: Path) -> Path:
 
 def no_cache(key: str, *_: object) -> None:
     raise UnsupportedWorkflow(f"the ten lines restore no cache, yet {key!r} was asked for")
-
-
-@pytest.fixture(scope="module")
-def graph_root() -> Iterator[Path]:
-    if os.geteuid() != 0:
-        pytest.fail("the job runs on a loop-mounted 14 GB file system: run it as root")
-    root = Path(os.environ.get("HARNESS_GRAPH_ROOT", "/tmp")) / f"harness-author-graph-{os.getpid()}"
-    root.mkdir(parents=True)
-    yield root
-    for mount in root.iterdir():  # a job that died mid-way: its mount, then its image
-        if mount.is_dir() and os.path.ismount(mount):
-            subprocess.run(["umount", str(mount)], check=False)
-    shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
