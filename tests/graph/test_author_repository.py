@@ -64,12 +64,20 @@ releases = {json.dumps(list(RELEASES))}
 """
 
 
-def the_ten_lines() -> str:
-    """The workflow the page shows, between its markers: what is run is what authors are told to write."""
-    block = r"<!-- the-ten-lines:start -->\n```yaml\n(.*?)```\n<!-- the-ten-lines:end -->"
-    found = re.search(block, PAGE.read_text(), re.S)
-    assert found, f"{PAGE}: no workflow between the-ten-lines markers"
+def shown(marker: str) -> str:
+    """The YAML the page shows between its markers: what is run is what authors are told to write."""
+    found = re.search(rf"<!-- {marker}:start -->\n```yaml\n(.*?)```\n<!-- {marker}:end -->", PAGE.read_text(), re.S)
+    assert found, f"{PAGE}: no YAML between the {marker} markers"
     return found[1]
+
+
+def the_ten_lines() -> str:
+    return shown("the-ten-lines")
+
+
+def the_call() -> str:
+    """The page's call of the reusable workflow, as a workflow file."""
+    return "name: stable ABI graph\non: [push]\n" + shown("the-call")
 
 
 def author_repository(root: Path) -> Path:
@@ -84,6 +92,7 @@ def author_repository(root: Path) -> Path:
     (repo / ".gitignore").write_text("build/\ndist/\n*.egg-info/\n")
     (repo / ".github" / "workflows").mkdir(parents=True)
     (repo / ".github" / "workflows" / "stable-abi.yml").write_text(the_ten_lines())
+    (repo / ".github" / "workflows" / "stable-abi-graph.yml").write_text(the_call())
     git = ["git", "-C", str(repo), "-c", "user.name=author", "-c", "user.email=author@example.invalid"]
     subprocess.run([*git, "init", "-q"], check=True)
     subprocess.run([*git, "add", "-A"], check=True)
@@ -95,12 +104,14 @@ def no_cache(key: str, *_: object) -> None:
     raise UnsupportedWorkflow(f"the ten lines restore no cache, yet {key!r} was asked for")
 
 
-@pytest.fixture(scope="module")
-def graph(graph_root: Path) -> Runner:
-    repo = author_repository(graph_root)
-    workflow = repo / ".github" / "workflows" / "stable-abi.yml"
+def run_workflow(graph_root: Path, name: str) -> Runner:
+    """One of the author repository's workflows run, its jobs' and steps' figures printed."""
+    repo = graph_root / "stable-basic"
+    if not repo.is_dir():
+        author_repository(graph_root)
+    workflow = repo / ".github" / "workflows" / name
     runner = Runner(
-        workflow, repo, graph_root, {}, no_cache, disk_gb=DISK_GB, actions={"OWNER/torch-abi-harness": REPO}
+        workflow, repo, graph_root / name, {}, no_cache, disk_gb=DISK_GB, actions={"OWNER/torch-abi-harness": REPO}
     )
     runner.run(tuple(runner.doc["jobs"]))
     for record in runner.records:
@@ -108,9 +119,16 @@ def graph(graph_root: Path) -> Runner:
             f"\n{record.label}: {record.result} in {record.seconds:.0f} s, peak disk {record.peak_bytes / 1e9:.2f} GB",
             file=sys.stderr,
         )
-        for step in [*record.steps, *runner.inner_steps]:
+        for step in record.steps:
             print(f"   {step.outcome:8} {step.seconds:6.0f} s  {step.name}", file=sys.stderr)
+    for step in runner.inner_steps:
+        print(f"   (in the action) {step.outcome:8} {step.seconds:6.0f} s  {step.name}", file=sys.stderr)
     return runner
+
+
+@pytest.fixture(scope="module")
+def graph(graph_root: Path) -> Runner:
+    return run_workflow(graph_root, "stable-abi.yml")
 
 
 def test_the_ten_lines_are_ten_lines_and_use_the_action() -> None:
@@ -135,3 +153,20 @@ def test_the_ten_lines_build_the_extension_and_run_its_tests_on_each_release(gra
     assert "| `stable_basic@b2.15.0-t2.14` | ✅ pass | ✅ pass |" in record.summary, record.summary[:2000]
     assert "every promise kept" in record.summary
     assert 0 < record.peak_bytes < DISK_GB * 2**30, record.peak_bytes
+
+
+def test_the_reusable_workflow_runs_the_graph_on_the_authors_repository(graph_root: Path) -> None:
+    """The page's call of .github/workflows/compat.yml: plan, one build job (torch 2.15.0), one run job per
+    runtime, merge; each job on its own 14 GB disk, the harness checked out and installed in each."""
+    graph = run_workflow(graph_root, "stable-abi-graph.yml")
+    jobs = {r.label: r for r in graph.records}
+    assert graph.results["stable-abi"] == {"result": "success", "outputs": {"exit-code": "0"}}, jobs
+    assert [r.job for r in graph.records] == ["plan", "build", "run", "run", "merge"], list(jobs)
+    merged = graph.artifacts / f"torch-abi-report-{graph.run_id}" / "latest"
+    cells = json.loads((merged / "results.json").read_text())["cells"]
+    assert sorted(c["runtime"]["torch"].split("+")[0] for c in cells) == list(RELEASES)
+    assert all(c["status"] == "PASS" and c["tests"]["passed"] > 0 for c in cells), [c["reason"] for c in cells]
+    (merge,) = [r for r in graph.records if r.job == "merge"]
+    assert "| `stable_basic@b2.15.0-t2.14` | ✅ pass | ✅ pass |" in merge.summary, merge.summary[:2000]
+    for record in graph.records:
+        assert 0 < record.peak_bytes < DISK_GB * 2**30, (record.label, record.peak_bytes)
