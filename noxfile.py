@@ -144,7 +144,10 @@ def lint(session: nox.Session) -> None:
     session.run("shellcheck", *SHELL_SCRIPTS)
     # actionlint runs the shellcheck above (on PATH in this session) over every run: script too.
     workflows = sorted(str(p) for p in [*Path("ci").glob("*.yml"), *Path(".github/workflows").glob("*.yml")])
-    session.run("actionlint", "-config-file", ".github/actionlint.yaml", *workflows)
+    # ci/census.yml calls `$/.github/workflows/nightly.yml`, a file only once both are copied there (the unit tier
+    # checks the call against ci/); with .github/workflows/ present, actionlint looks for it there
+    copied_later = r'could not read reusable workflow file for "\$/\.github/workflows/'
+    session.run("actionlint", "-config-file", ".github/actionlint.yaml", "-ignore", copied_later, *workflows)
     # artifact credentials, template injection, permissions; action.yml too (actionlint reads workflows only)
     session.run("zizmor", "--offline", *workflows, "action.yml")
 
