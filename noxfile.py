@@ -142,6 +142,7 @@ def lint(session: nox.Session) -> None:
     session.run("mypy")
     session.run("lint-imports")  # the wings import downwards only ([tool.importlinter] in pyproject.toml)
     session.run("shellcheck", *SHELL_SCRIPTS)
+    session.run("python", "tools/shellcheck_action.py")  # action.yml's run: steps (actionlint reads no action)
     # actionlint runs the shellcheck above (on PATH in this session) over every run: script too.
     workflows = sorted(str(p) for p in [*Path("ci").glob("*.yml"), *Path(".github/workflows").glob("*.yml")])
     # ci/census.yml calls `$/.github/workflows/nightly.yml`, a file only once both are copied there (the unit tier
