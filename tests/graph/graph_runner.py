@@ -23,7 +23,7 @@ declared artifacts passed between jobs. `run:` steps run for real with bash as G
 A `uses:` that names a composite action (a path in the workspace, `./path`, or a remote action the test maps to
 a folder of this machine with `actions`) runs the action's own steps, and a job's `uses:` of a reusable workflow
 runs its jobs as this run's: graph_actions.py, which also checks out a `repository:` so mapped. setup-python's CPythons
-are graph_python.py's.
+are graph_python.py's, each job's disk graph_disk.py's.
 
 Nothing else of GitHub is imitated: another action, expression, matrix form or key this runner does not
 know fails the job loudly (UnsupportedWorkflow).
@@ -37,15 +37,14 @@ import logging
 import os
 import shutil
 import subprocess
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 from graph_actions import CALL_KEYS, action_folder, checkout, run_called_workflow, run_composite
+from graph_disk import DiskWatch, loop_disk
 from graph_errors import ActionFailed, UnsupportedWorkflow
 from graph_expressions import Evaluator, UnsupportedExpression
 from graph_python import provided_python, setup_python, without_pyenv
@@ -97,49 +96,6 @@ class JobRecord:
     steps: list[StepRecord] = dataclasses.field(default_factory=list)
     summary: str = ""
     outputs: dict[str, str] = dataclasses.field(default_factory=dict)
-
-
-@contextmanager
-def loop_disk(image: Path, mountpoint: Path, size_gb: int) -> Iterator[Path]:
-    """A fresh ext4 file system of size_gb (sparse: it costs what is written), mounted; always removed."""
-    subprocess.run(["truncate", "-s", f"{size_gb}G", str(image)], check=True)
-    try:
-        subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True)
-        mountpoint.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["mount", "-o", "loop", str(image), str(mountpoint)], check=True)
-        try:
-            yield mountpoint
-        finally:
-            subprocess.run(["umount", str(mountpoint)], check=True)
-    finally:
-        image.unlink(missing_ok=True)
-
-
-class DiskWatch:
-    """The peak of used bytes on a file system, sampled every `every` seconds and on demand."""
-
-    def __init__(self, path: Path, every: float = 0.5) -> None:
-        self.path, self.every, self.peak = path, every, 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def sample(self) -> None:
-        st = os.statvfs(self.path)
-        self.peak = max(self.peak, (st.f_blocks - st.f_bfree) * st.f_frsize)
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.every):
-            self.sample()
-
-    def __enter__(self) -> DiskWatch:
-        self.sample()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.sample()
 
 
 def read_env_file(path: Path) -> dict[str, str]:
