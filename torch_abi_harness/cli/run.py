@@ -51,29 +51,7 @@ from torch_abi_harness.run.shard import build_jobs, fan_out, measured_durations,
 
 def matrix_options(p: argparse.ArgumentParser) -> None:
     """The matrix, the cells of it (-k), the backend and where torch comes from: `run`, `gate`, `plan`."""
-    p.add_argument(
-        "--matrix",
-        type=Path,
-        default=None,
-        help=f"the matrix file (default: an extension's own [tool.torch-abi-harness] table or torch-abi.toml in the "
-        f"current directory, else {DEFAULT_MATRIX})",
-    )
-    p.add_argument(
-        "--project",
-        type=existing_dir,
-        default=None,
-        metavar="DIR",
-        help="an extension's source tree whose pyproject.toml has a [tool.torch-abi-harness] table (or a "
-        "torch-abi.toml): build it with its own build backend and run its tests (default: the current directory)",
-    )
-    p.add_argument(
-        "--wheel",
-        type=Path,
-        default=None,
-        metavar="WHEEL",
-        help="the project's built wheel (a path or a glob matching one file): tested instead of a build from "
-        "its sources",
-    )
+    source_options(p)
     p.add_argument(
         "-k",
         "--select",
@@ -126,6 +104,34 @@ def matrix_options(p: argparse.ArgumentParser) -> None:
         help="an existing environment's interpreter (a conda env, a source build, a machine image's Python): it "
         "serves every build and runtime whose torch release, variant and Python it matches, instead of an env "
         "made with uv; used as it is, never written to (repeatable; venv backend)",
+    )
+
+
+def source_options(p: argparse.ArgumentParser) -> None:
+    """What configuration to read: a matrix file, or an extension's own project (config.defaults decides when
+    neither is given)."""
+    p.add_argument(
+        "--matrix",
+        type=Path,
+        default=None,
+        help=f"the matrix file (default: an extension's own [tool.torch-abi-harness] table or torch-abi.toml in the "
+        f"current directory, else {DEFAULT_MATRIX})",
+    )
+    p.add_argument(
+        "--project",
+        type=existing_dir,
+        default=None,
+        metavar="DIR",
+        help="an extension's source tree whose pyproject.toml has a [tool.torch-abi-harness] table (or a "
+        "torch-abi.toml): build it with its own build backend and run its tests (default: the current directory)",
+    )
+    p.add_argument(
+        "--wheel",
+        type=Path,
+        default=None,
+        metavar="WHEEL",
+        help="the project's built wheel (a path or a glob matching one file): tested instead of a build from "
+        "its sources",
     )
 
 

@@ -14,8 +14,9 @@ import os
 import re
 import sys
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
@@ -38,6 +39,9 @@ from torch_abi_harness.core.schema import Document, KeyPath, format_path
 from torch_abi_harness.core.versions import ApiLevel, parse_release, release_of
 from torch_abi_harness.static import prebuilt
 from torch_abi_harness.static.manifest import packaged_manifest
+
+if TYPE_CHECKING:
+    import jsonschema
 
 TABLE = "tool.torch-abi-harness"
 PYPROJECT = "pyproject.toml"
@@ -73,6 +77,17 @@ class TableDocument(Document):
 
     def where(self, path: KeyPath) -> str:
         return f"{self.prefix}{format_path(path)}" if path else (self.prefix.rstrip(".") or "(top level)")
+
+    def _describe(self, error: jsonschema.ValidationError) -> Iterator[str]:
+        """TOML keeps no text of a number: `target = 2.10` is the number 2.1, so the fix is said, not quoted back."""
+        value = error.instance
+        if error.validator == "type" and type(value) in (int, float) and "string" in str(error.validator_value):
+            yield (
+                f"{self.where(tuple(error.absolute_path))}: {value!r} is a number; write the value as a string, in "
+                'quotes (target = "2.10": unquoted, 2.10 is the number 2.1)'
+            )
+            return
+        yield from super()._describe(error)
 
 
 def read_toml(path: Path) -> dict[str, Any]:

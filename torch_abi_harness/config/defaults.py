@@ -11,9 +11,8 @@ import dataclasses
 import enum
 from pathlib import Path
 
-from torch_abi_harness.config import DEFAULT_MATRIX, Matrix
-from torch_abi_harness.config.author import find_author_file, load_author_config
-from torch_abi_harness.config.matrix import load_matrix
+from torch_abi_harness.config import DEFAULT_MATRIX
+from torch_abi_harness.config.author import find_author_file
 from torch_abi_harness.core.errors import BadInputError
 
 
@@ -48,10 +47,3 @@ def default_matrix_source(
     if find_author_file(cwd) is not None:
         return ConfigSource(ConfigKind.AUTHOR, cwd)
     return ConfigSource(ConfigKind.MATRIX, DEFAULT_MATRIX)
-
-
-def load_source(source: ConfigSource, wheel: Path | None = None) -> Matrix:
-    """The matrix a source describes: a matrix file read, or an author's table translated."""
-    if source.kind is ConfigKind.AUTHOR:
-        return load_author_config(source.path, wheel).matrix
-    return load_matrix(source.path)

@@ -18,7 +18,7 @@ from pathlib import Path
 from torch_abi_harness.core.versions import ApiLevel
 
 # The name, then at most a few characters of punctuation or quoting (`=`, ` `, `", "`, `':'`), then the hex value.
-DECLARED = re.compile(r"TORCH_TARGET_VERSION\b[\s=:,\"'()]{1,6}(0x[0-9a-fA-F]{1,16})\b")
+DECLARED = re.compile(r"TORCH_TARGET_VERSION\b[\s=:,\"'()]{1,6}(0x[0-9a-fA-F]{1,16})(?![0-9a-fA-F])")
 BUILD_FILES = frozenset({"setup.py", "setup.cfg", "pyproject.toml", "CMakeLists.txt", "meson.build"})
 SOURCE_SUFFIXES = frozenset({".h", ".hh", ".hpp", ".hxx", ".c", ".cc", ".cpp", ".cxx", ".cu", ".cuh", ".cmake"})
 SKIPPED_DIRS = frozenset({"build", "dist", "node_modules", "site-packages", "__pycache__", "third_party", "reports"})

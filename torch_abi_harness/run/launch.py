@@ -11,8 +11,9 @@ from typing import NamedTuple, Protocol
 
 from torch_abi_harness.builds.published import with_published
 from torch_abi_harness.config import Matrix
-from torch_abi_harness.config.defaults import default_matrix_source, load_source
-from torch_abi_harness.config.matrix import with_overrides
+from torch_abi_harness.config.author import load_author_config
+from torch_abi_harness.config.defaults import ConfigKind, default_matrix_source
+from torch_abi_harness.config.matrix import load_matrix, with_overrides
 from torch_abi_harness.core.errors import BadInputError
 from torch_abi_harness.core.files import writable_dir
 from torch_abi_harness.core.kinds import Backend, ExecutorKind
@@ -48,8 +49,12 @@ def load_plain_matrix(request: MatrixRequest, cache_dir: Path) -> Matrix:
     if request.environments and request.backend is not Backend.VENV:
         raise BadInputError("--use-env is for the venv backend: the docker backend runs the envs it makes or images")
     source = default_matrix_source(Path.cwd(), request.path, request.project, request.wheel)
+    if source.kind is ConfigKind.AUTHOR:
+        plain = load_author_config(source.path, request.wheel).matrix
+    else:
+        plain = load_matrix(source.path)
     matrix = with_overrides(
-        load_source(source, request.wheel),
+        plain,
         request.add_runtimes,
         request.extra_index_urls,
         request.find_links,
