@@ -21,6 +21,11 @@ declared artifacts passed between jobs. `run:` steps run for real with bash as G
 - actions/cache/restore and save: restore seeds `path` from `seed_cache(key, path)` (the test decides
   what an earlier nightly of that job would have saved); save records the size it would upload.
 
+A `uses:` that names a composite action (a path in the workspace, `./path`, or a remote action the test maps to
+a folder of this machine with `actions`) runs the action's own steps, and a job's `uses:` of a reusable workflow
+runs its jobs as this run's: graph_actions.py, which also checks out a `repository:` so mapped. setup-python's CPythons
+are graph_python.py's, each job's disk graph_disk.py's.
+
 Nothing else of GitHub is imitated: another action, expression, matrix form or key this runner does not
 know fails the job loudly (UnsupportedWorkflow).
 """
@@ -31,18 +36,19 @@ import dataclasses
 import fnmatch
 import logging
 import os
-import re
 import shutil
 import subprocess
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
+from graph_actions import CALL_KEYS, action_folder, checkout, run_called_workflow, run_composite
+from graph_disk import DiskWatch, loop_disk
+from graph_errors import ActionFailed, UnsupportedWorkflow
 from graph_expressions import Evaluator, UnsupportedExpression
+from graph_python import provided_python, setup_python, without_pyenv
 
 log = logging.getLogger(__name__)
 KNOWN_ACTIONS = (
@@ -54,14 +60,9 @@ KNOWN_ACTIONS = (
     "actions/cache/save",
 )
 JOB_KEYS = {"name", "needs", "if", "runs-on", "timeout-minutes", "strategy", "env", "outputs", "steps", "permissions"}
-STEP_KEYS = {"name", "id", "if", "uses", "with", "run", "shell", "env", "continue-on-error"}
+STEP_KEYS = {"name", "id", "if", "uses", "with", "run", "shell", "env", "continue-on-error", "working-directory"}
 PASSED_ENV = ("PATH", "LANG", "LC_ALL", "TERM", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
 PASSED_PREFIXES = ("PIP_", "UV_INDEX", "UV_EXTRA_INDEX", "UV_FIND_LINKS", "UV_INDEX_STRATEGY")
-PYENV_VERSION_DIR = re.compile(r"^(\d+)\.(\d+)\.(\d+)(t?)$")  # pyenv's CPythons: 3.10.13, 3.13.0t
-
-
-class UnsupportedWorkflow(Exception):
-    """Something of the workflow this runner does not run; it never guesses."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,49 +99,6 @@ class JobRecord:
     outputs: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
-@contextmanager
-def loop_disk(image: Path, mountpoint: Path, size_gb: int) -> Iterator[Path]:
-    """A fresh ext4 file system of size_gb (sparse: it costs what is written), mounted; always removed."""
-    subprocess.run(["truncate", "-s", f"{size_gb}G", str(image)], check=True)
-    try:
-        subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True)
-        mountpoint.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["mount", "-o", "loop", str(image), str(mountpoint)], check=True)
-        try:
-            yield mountpoint
-        finally:
-            subprocess.run(["umount", str(mountpoint)], check=True)
-    finally:
-        image.unlink(missing_ok=True)
-
-
-class DiskWatch:
-    """The peak of used bytes on a file system, sampled every `every` seconds and on demand."""
-
-    def __init__(self, path: Path, every: float = 0.5) -> None:
-        self.path, self.every, self.peak = path, every, 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def sample(self) -> None:
-        st = os.statvfs(self.path)
-        self.peak = max(self.peak, (st.f_blocks - st.f_bfree) * st.f_frsize)
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.every):
-            self.sample()
-
-    def __enter__(self) -> DiskWatch:
-        self.sample()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.sample()
-
-
 def read_env_file(path: Path) -> dict[str, str]:
     """GITHUB_OUTPUT / GITHUB_ENV: `name=value` lines and `name<<DELIM` ... `DELIM` blocks."""
     found: dict[str, str] = {}
@@ -165,42 +123,6 @@ def read_env_file(path: Path) -> dict[str, str]:
     return found
 
 
-def pyenv_root(environ: Mapping[str, str]) -> Path:
-    return Path(environ.get("PYENV_ROOT") or Path(environ.get("HOME") or Path.home()) / ".pyenv")
-
-
-def without_pyenv(path: str, environ: Mapping[str, str]) -> str:
-    """A PATH without pyenv's folders (its shims answer for any version pyenv selects): a hosted runner has none."""
-    root = pyenv_root(environ)
-    return os.pathsep.join(p for p in path.split(os.pathsep) if p and not Path(p).is_relative_to(root))
-
-
-def provided_python(version: str, environ: Mapping[str, str] = os.environ) -> Path | None:
-    """The CPython `version` (3.10, 3.13t) this machine provides to setup-python: pyenv's newest of that minor,
-    else `pythonX.Y` on the machine's PATH outside pyenv; None when it has none."""
-    found: list[tuple[int, Path]] = []
-    versions = pyenv_root(environ) / "versions"
-    for entry in versions.iterdir() if versions.is_dir() else ():
-        match = PYENV_VERSION_DIR.match(entry.name)
-        binary = entry / "bin" / f"python{version}"
-        if match and f"{match[1]}.{match[2]}{match[4]}" == version and binary.is_file():
-            found.append((int(match[3]), binary))
-    if found:
-        return max(found)[1]
-    on_path = shutil.which(f"python{version}", path=without_pyenv(environ.get("PATH", ""), environ))
-    return Path(on_path) if on_path else None
-
-
-def repository_files(repo: Path) -> list[str]:
-    out = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=repo,
-        capture_output=True,
-        check=True,
-    ).stdout
-    return [f for f in out.decode().split("\0") if f and (repo / f).is_file()]
-
-
 @dataclasses.dataclass
 class Runner:
     workflow: Path
@@ -212,6 +134,8 @@ class Runner:
     run_id: str = "4242"
     variables: Mapping[str, str] = dataclasses.field(default_factory=dict)
     records: list[JobRecord] = dataclasses.field(default_factory=list)
+    actions: Mapping[str, Path] = dataclasses.field(default_factory=dict)  # owner/name -> its composite action's folder
+    inner_steps: list[StepRecord] = dataclasses.field(default_factory=list)  # composite actions' steps, as they ran
 
     def __post_init__(self) -> None:
         self.doc = yaml.safe_load(self.workflow.read_text())
@@ -266,7 +190,7 @@ class Runner:
 
     def run_job(self, name: str) -> None:
         job = self.doc["jobs"][name]
-        unknown = set(job) - JOB_KEYS
+        unknown = set(job) - JOB_KEYS - (CALL_KEYS if "uses" in job else set())
         if unknown:
             raise UnsupportedWorkflow(f"job {name}: keys {sorted(unknown)} are not run by this runner")
         contexts = self.contexts(name)
@@ -275,6 +199,9 @@ class Runner:
         if not evaluator.condition(job.get("if")):
             self.results[name] = {"result": "skipped", "outputs": {}}
             self.records.append(JobRecord(name, name, "skipped"))
+            return
+        if "uses" in job:  # a reusable workflow's jobs, as this run's
+            self.results[name] = run_called_workflow(self, name, job, evaluator)
             return
         entries: list[dict[str, Any]] = [{}]
         if "strategy" in job:
@@ -363,7 +290,7 @@ class Runner:
         )
         return env
 
-    def run_step(self, step: Mapping[str, Any], number: int, job: JobScope) -> StepRecord:
+    def run_step(self, step: Mapping[str, Any], number: int | str, job: JobScope) -> StepRecord:
         unknown = set(step) - STEP_KEYS
         if unknown:
             raise UnsupportedWorkflow(f"step {step.get('name', number)}: keys {sorted(unknown)} are not run here")
@@ -385,7 +312,9 @@ class Runner:
         )
         workspace = Path(job.env["GITHUB_WORKSPACE"])
         try:
-            if "uses" in step:
+            if "uses" in step and action_folder(step["uses"], workspace, self.actions):
+                outputs, ok = run_composite(self, step, job, str(number)), True
+            elif "uses" in step:
                 outputs = self.use(step, job.evaluator, job.env, workspace, job.posts)
                 ok = True
             else:
@@ -394,7 +323,7 @@ class Runner:
                 job.env.update(read_env_file(files / f"env-{number}"))
         except (ActionFailed, subprocess.TimeoutExpired) as exc:
             log.warning("step %r failed: %s", title, exc)
-            ok, outputs = False, {}
+            ok, outputs = False, getattr(exc, "outputs", {})
         outcome = "success" if ok else "failure"
         self._record_step(step, job.contexts, outcome, outputs)
         log.info("  step %r: %s (%.1f s)", title, outcome, time.monotonic() - started)
@@ -407,9 +336,16 @@ class Runner:
             contexts["steps"][step["id"]] = {"outputs": outputs, "outcome": outcome, "conclusion": conclusion}
 
     def run_script(
-        self, step: Mapping[str, Any], evaluator: Evaluator, env: dict[str, str], cwd: Path, deadline: float, n: int
+        self,
+        step: Mapping[str, Any],
+        evaluator: Evaluator,
+        env: dict[str, str],
+        cwd: Path,
+        deadline: float,
+        n: int | str,
     ) -> bool:
         script = evaluator.interpolate(step["run"])
+        cwd = cwd / evaluator.interpolate(str(step.get("working-directory", ".")))
         shell = step.get("shell")
         if shell not in (None, "bash"):
             raise UnsupportedWorkflow(f"shell {shell!r}: only bash is run")
@@ -437,9 +373,7 @@ class Runner:
             raise UnsupportedWorkflow(f"{step['uses']}: not an action this runner replaces")
         given = {k: evaluator.value(v) for k, v in step.get("with", {}).items()}
         if action == "actions/checkout":
-            for name in repository_files(self.repo):
-                (workspace / name).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(self.repo / name, workspace / name)
+            checkout(given, workspace, self.repo, self.actions)
             return {}
         if action == "actions/setup-python":
             return self.setup_python(given, env, posts)
@@ -459,44 +393,7 @@ class Runner:
     def setup_python(
         self, given: Mapping[str, Any], env: dict[str, str], posts: list[Callable[[], None]]
     ) -> dict[str, str]:
-        versions = [v.strip() for v in str(given.get("python-version") or "").splitlines() if v.strip()]
-        if not versions:
-            raise ActionFailed("setup-python: no python-version given")
-        toolcache = Path(env["RUNNER_TEMP"]).parent / "hostedtoolcache"
-        for version in versions:  # each prepended: the last listed is first on PATH
-            found = provided_python(version)
-            if found is None:
-                raise ActionFailed(f"setup-python {version}: this machine provides no CPython {version}")
-            folder = toolcache / "Python" / version / "bin"
-            if not folder.is_dir():
-                folder.mkdir(parents=True)
-                for name in dict.fromkeys(("python", "python3", f"python{version}")):
-                    (folder / name).symlink_to(found)
-            env["PATH"] = f"{folder}:{env['PATH']}"
-        default = toolcache / f"venv-{versions[-1]}"
-        if not default.is_dir():
-            subprocess.run([str(found), "-m", "venv", str(default)], check=True)
-        env["PATH"] = f"{default / 'bin'}:{env['PATH']}"
-        if shutil.which("python", path=env["PATH"]) != str(default / "bin" / "python"):
-            raise UnsupportedWorkflow(f"setup-python: `python` on the job's PATH is not {default}/bin/python")
-        if given.get("cache") == "pip":
-            posts.append(self.pip_cache(env))
-        return {"python-version": versions[-1]}
-
-    def pip_cache(self, env: dict[str, str]) -> Callable[[], None]:
-        """setup-python's `cache: pip`: pip's cache restored from the store now; the returned post step saves it."""
-        cache = Path(env["HOME"]) / ".cache" / "pip"
-        saved = self.store / "pip"
-        if saved.is_dir() and not cache.is_dir():
-            shutil.copytree(saved, cache)
-        env["PIP_CACHE_DIR"] = str(cache)
-
-        def save() -> None:
-            if cache.is_dir():
-                shutil.rmtree(saved, ignore_errors=True)
-                shutil.copytree(cache, saved)
-
-        return save
+        return setup_python(given, env, posts, self.store)
 
     def upload(self, given: Mapping[str, Any], workspace: Path) -> dict[str, str]:
         source = workspace / str(given["path"])
@@ -553,12 +450,18 @@ class Runner:
         return {"download-path": str(path)}
 
 
-class ActionFailed(Exception):
-    """A replaced action failed the way the action itself would (a missing artifact, no files)."""
-
-
 def _hidden(folder: str, names: list[str]) -> list[str]:
     return [n for n in names if n.startswith(".")]
 
 
-__all__ = ["JobRecord", "Runner", "UnsupportedExpression", "UnsupportedWorkflow", "loop_disk"]
+__all__ = [
+    "ActionFailed",
+    "JobRecord",
+    "JobScope",
+    "Runner",
+    "UnsupportedExpression",
+    "UnsupportedWorkflow",
+    "loop_disk",
+    "provided_python",
+    "without_pyenv",
+]

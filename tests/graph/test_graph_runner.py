@@ -9,11 +9,13 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from graph_runner import ActionFailed, Runner, provided_python, without_pyenv
+from graph_expressions import Evaluator
+from graph_runner import ActionFailed, JobScope, Runner, UnsupportedWorkflow, provided_python, without_pyenv
 
 from torch_abi_harness.core.errors import BadInputError
 from torch_abi_harness.provision import interpreters
@@ -143,3 +145,209 @@ def test_an_unzipped_upload_is_one_file_named_after_itself(runner: Runner, tmp_p
         "artifact-id": "zipped"
     }
     assert (runner.artifacts / "zipped" / page.name).is_file()
+
+ACTION = """name: act
+inputs:
+  greeting:
+    description: what to say
+    required: true
+  where:
+    description: a default with an expression
+    default: "${{ github.action_path }}/here"
+outputs:
+  said:
+    description: the first step's output
+    value: ${{ steps.say.outputs.said }}
+  status:
+    description: the last step's
+    value: ${{ steps.last.outputs.status }}
+runs:
+  using: composite
+  steps:
+    - id: say
+      shell: bash
+      working-directory: sub
+      env:
+        OWN: step-env
+      run: |
+        test "$GITHUB_ACTION_PATH" = "${{ github.action_path }}"
+        echo "said=${{ inputs.greeting }} from $PWD, $FROM_USES, $OWN, ${{ inputs.where }}" >> "$GITHUB_OUTPUT"
+        echo "SET_BY_ACTION=yes" >> "$GITHUB_ENV"
+        echo "grid" >> "$GITHUB_STEP_SUMMARY"
+    - shell: bash
+      run: test "${{ inputs.greeting }}" != fail
+    - name: skipped after a failure
+      shell: bash
+      run: echo "status=not-here" >> "$GITHUB_OUTPUT"
+    - id: last
+      if: always()
+      shell: bash
+      run: echo "status=ran" >> "$GITHUB_OUTPUT"
+"""
+
+
+def job_scope(runner: Runner, root: Path) -> JobScope:
+    """One job's scope on a plain folder (no loop mount): its workspace, files, env and contexts as run_instance
+    makes them."""
+    workspace, home, temp = root / "work", root / "home", root / "temp"
+    for folder in (workspace, home, temp, root / "files", workspace / "sub"):
+        folder.mkdir(parents=True, exist_ok=True)
+    env = runner.base_env(workspace, home, temp)
+    contexts = {
+        "github": {"workspace": str(workspace), "run_id": runner.run_id},
+        "inputs": {},
+        "env": {},
+        "steps": {},
+        "runner": {"temp": str(temp), "os": "Linux"},
+    }
+    return JobScope(Evaluator(contexts), contexts, env, root, [], time.monotonic() + 60)
+
+
+def write_action(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "action.yml").write_text(ACTION)
+    return folder
+
+
+def test_a_local_composite_action_runs_its_steps_with_its_inputs_path_and_outputs(
+    runner: Runner, tmp_path: Path
+) -> None:
+    job = job_scope(runner, tmp_path / "job")
+    folder = write_action(tmp_path / "job" / "work" / "act")
+    step = {"id": "a", "uses": "./act", "with": {"greeting": "hello"}, "env": {"FROM_USES": "uses-env"}}
+    record = runner.run_step(step, 0, job)
+    assert record.outcome == "success"
+    said = f"hello from {folder.parent / 'sub'}, uses-env, step-env, {folder}/here"
+    assert job.contexts["steps"]["a"]["outputs"] == {"said": said, "status": "ran"}
+    assert job.env["SET_BY_ACTION"] == "yes"  # GITHUB_ENV reaches the job's later steps
+    assert "FROM_USES" not in job.env and "GITHUB_ACTION_PATH" not in job.env  # the step's own env does not
+    assert (tmp_path / "job" / "files" / "summary.md").read_text() == "grid\n"
+    assert [s.outcome for s in runner.inner_steps] == ["success"] * 4
+
+
+def test_a_failing_inner_step_fails_the_uses_step_keeping_its_outputs(runner: Runner, tmp_path: Path) -> None:
+    job = job_scope(runner, tmp_path / "job")
+    write_action(tmp_path / "job" / "work" / "act")
+    record = runner.run_step({"id": "a", "uses": "./act", "with": {"greeting": "fail"}}, 0, job)
+    assert record.outcome == "failure"
+    assert [s.outcome for s in runner.inner_steps] == ["success", "failure", "skipped", "success"]
+    assert job.contexts["steps"]["a"]["outputs"]["status"] == "ran"  # `if: always()` ran after the failure
+
+
+def test_an_input_the_action_does_not_declare_fails_loudly(runner: Runner, tmp_path: Path) -> None:
+    job = job_scope(runner, tmp_path / "job")
+    write_action(tmp_path / "job" / "work" / "act")
+    with pytest.raises(UnsupportedWorkflow, match=r"inputs \['greting'\] are not declared"):
+        runner.run_step({"uses": "./act", "with": {"greting": "typo"}}, 0, job)
+
+
+def test_a_mapped_remote_action_runs_from_a_copy_on_the_jobs_disk(tmp_path: Path) -> None:
+    """`uses: owner/act@v1` mapped to a checkout: its files are copied where a runner downloads actions, and its
+    steps run there, so nothing lands in the checkout (an install of it writes build files beside its sources)."""
+    source = write_action(tmp_path / "checkout")
+    subprocess.run(["git", "init", "-q", str(source)], check=True)
+    (source / ".gitignore").write_text("ignored/\n")
+    (source / "ignored").mkdir()
+    workflow = tmp_path / "w.yml"
+    workflow.write_text("name: w\non: push\njobs: {}\n")
+    graph = Runner(workflow, tmp_path, tmp_path / "root", {}, lambda *_: None, actions={"owner/act": source})
+    job = job_scope(graph, tmp_path / "job")
+    step = {"id": "a", "uses": "owner/act@v1", "with": {"greeting": "hi"}, "env": {"FROM_USES": "x"}}
+    assert graph.run_step(step, 0, job).outcome == "success"
+    copy = tmp_path / "job" / "_actions" / "owner" / "act" / "v1"
+    assert (copy / "action.yml").is_file() and not (copy / "ignored").exists()
+    assert job.contexts["steps"]["a"]["outputs"]["said"].endswith(f"{copy}/here")
+    with pytest.raises(UnsupportedWorkflow, match="not an action this runner replaces"):
+        graph.run_step({"uses": "other/act@v1"}, 1, job)  # an action neither mapped nor replaced
+
+
+CALLER = """name: caller
+on: push
+jobs:
+  call:
+    uses: ./.github/workflows/called.yml
+    with: {greeting: "${{ vars.GREETING }}"}
+  after:
+    needs: call
+    runs-on: ubuntu-latest
+    steps:
+      - run: test "${{ needs.call.outputs.said }}" = "hi from first, the default"
+"""
+CALLED = """name: called
+on:
+  workflow_call:
+    inputs:
+      greeting: {type: string, required: true}
+      other: {type: string, required: false, default: the default}
+    outputs:
+      said: {value: "${{ jobs.second.outputs.said }}"}
+jobs:
+  first:
+    runs-on: ubuntu-latest
+    outputs: {word: "${{ steps.w.outputs.word }}"}
+    steps:
+      - uses: actions/checkout@v5
+      - uses: actions/checkout@v5
+        with: {repository: owner/tool, path: tool}
+      - id: w
+        run: |
+          test -f tool/marker && test -f .github/workflows/called.yml
+          echo "word=first" >> "$GITHUB_OUTPUT"
+  second:
+    needs: first
+    runs-on: ubuntu-latest
+    outputs: {said: "${{ steps.s.outputs.said }}"}
+    steps:
+      - id: s
+        run: |
+          said="${{ inputs.greeting }} from ${{ needs.first.outputs.word }}"
+          echo "said=$said, ${{ inputs.other }}" >> "$GITHUB_OUTPUT"
+"""
+
+
+def caller_repository(root: Path) -> tuple[Path, Path]:
+    """A repository whose workflow calls its own reusable workflow, and another repository (`owner/tool`)."""
+    repo, tool = root / "repo", root / "tool"
+    (repo / ".github" / "workflows").mkdir(parents=True)
+    (repo / ".github" / "workflows" / "caller.yml").write_text(CALLER)
+    (repo / ".github" / "workflows" / "called.yml").write_text(CALLED)
+    tool.mkdir()
+    (tool / "marker").touch()
+    for folder in (repo, tool):
+        subprocess.run(["git", "init", "-q", str(folder)], check=True)
+    return repo, tool
+
+
+def test_a_job_that_calls_a_reusable_workflow_runs_its_jobs_with_its_inputs_and_outputs(tmp_path: Path) -> None:
+    """The called workflow's jobs run in order as this run's (labelled `caller / job`), with `with:` and the
+    declared defaults as `inputs`; its `outputs` (over its jobs') are the calling job's, for the jobs that need it;
+    a checkout of another `repository:` into a `path:` is the folder the runner was given for it."""
+    if os.geteuid() != 0:
+        pytest.fail("the jobs run on loop-mounted disks: run it as root")
+    repo, tool = caller_repository(tmp_path)
+    graph = Runner(
+        repo / ".github" / "workflows" / "caller.yml",
+        repo,
+        tmp_path / "root",
+        {},
+        lambda *_: None,
+        disk_gb=1,
+        variables={"GREETING": "hi"},
+        actions={"owner/tool": tool},
+    )
+    graph.run(("after",))
+    assert [(r.label, r.result) for r in graph.records] == [
+        ("call / first", "success"),
+        ("call / second", "success"),
+        ("after", "success"),
+    ]
+    assert graph.results["call"] == {"result": "success", "outputs": {"said": "hi from first, the default"}}
+
+
+def test_a_call_without_a_required_input_is_refused(tmp_path: Path) -> None:
+    repo, _ = caller_repository(tmp_path)
+    caller = repo / ".github" / "workflows" / "caller.yml"
+    caller.write_text(CALLER.replace('    with: {greeting: "${{ vars.GREETING }}"}\n', ""))
+    graph = Runner(caller, repo, tmp_path / "root", {}, lambda *_: None)
+    with pytest.raises(UnsupportedWorkflow, match=r"required inputs \['greeting'\] not given"):
+        graph.run_job("call")

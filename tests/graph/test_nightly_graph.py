@@ -15,7 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -71,19 +71,6 @@ def seed(key: str, matrix: Mapping[str, Any], path: Path) -> None:
             subprocess.run(["cp", "-a", str(source), str(path)], check=True)
     for entry in sorted(entries):
         subprocess.run(["cp", "-a", str(entry), str(path / "archive-v0")], check=True)
-
-
-@pytest.fixture(scope="module")
-def graph_root() -> Iterator[Path]:
-    if os.geteuid() != 0:
-        pytest.fail("the CI graph test loop-mounts a 14 GB file system per job: run it as root")
-    root = Path(os.environ.get("HARNESS_GRAPH_ROOT", "/tmp")) / f"harness-graph-{os.getpid()}"
-    root.mkdir(parents=True)
-    yield root
-    for mount in root.iterdir():  # a job that died mid-way: its mount, then its image
-        if mount.is_dir() and os.path.ismount(mount):
-            subprocess.run(["umount", str(mount)], check=False)
-    shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
