@@ -146,6 +146,7 @@ def test_an_unzipped_upload_is_one_file_named_after_itself(runner: Runner, tmp_p
     }
     assert (runner.artifacts / "zipped" / page.name).is_file()
 
+
 ACTION = """name: act
 inputs:
   greeting:

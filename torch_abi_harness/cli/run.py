@@ -13,10 +13,10 @@ from rich.markup import escape
 from torch_abi_harness.cli.args import (
     Command,
     existing_dir,
-    say_packaged,
     one_of,
     positive_int,
     positive_seconds,
+    say_packaged,
     wheel_directory,
 )
 from torch_abi_harness.cli.console import console, emit_json, notes

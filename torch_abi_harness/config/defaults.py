@@ -38,7 +38,8 @@ def default_matrix_source(
     cwd: Path, matrix: Path | None = None, project: Path | None = None, wheel: Path | None = None
 ) -> ConfigSource:
     """--matrix, else --project (or --wheel: the project is cwd), else an author's table in cwd, else
-    ./matrix.yaml, else the packaged default (default_matrix). A matrix with a project or a wheel is a contradiction, refused."""
+    ./matrix.yaml, else the packaged default (default_matrix). A matrix with a project or a wheel is a
+    contradiction, refused."""
     if matrix is not None:
         if project is not None or wheel is not None:
             given = "--project" if project is not None else "--wheel"
