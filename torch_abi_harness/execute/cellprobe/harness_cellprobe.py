@@ -32,6 +32,9 @@ LOAD_FAILED_EXIT = 10
 SKIP_EXIT = 11
 
 _record: dict[str, Any] = {}
+# time.time() when a forkserver's child called pytest.main (set there, before it; None in a fresh process): what
+# the harness's per-phase breakdown (benchmarks/breakdown.py) splits the fork and sandbox from pytest's own start by
+pytest_main_at: float | None = None
 
 
 def _write() -> None:
@@ -102,6 +105,8 @@ def pytest_load_initial_conftests(
     early_config: pytest.Config, parser: pytest.Parser, args: list[str]
 ) -> Generator[None, None, None]:
     _record.update(phase="import_torch", plugin_started=time.time(), pid=_host_pid())
+    if pytest_main_at is not None:
+        _record["pytest_main_at"] = pytest_main_at
     _write()
     started = time.perf_counter()
     import torch
@@ -239,6 +244,10 @@ def _import_failure(exc: BaseException, rootdir: Path) -> dict[str, Any]:
     }
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    _record["collected_at"] = time.time()  # no write: the next one (a test's start, the session's end) keeps it
+
+
 def pytest_runtest_logstart(nodeid: str, location: object) -> None:
     _record.update(phase="tests", current_test=nodeid)
     _write()
@@ -246,7 +255,7 @@ def pytest_runtest_logstart(nodeid: str, location: object) -> None:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _record.get("phase") in {"collect", "tests"}:
-        _record.update(phase="finished", exitstatus=int(exitstatus), current_test=None)
+        _record.update(phase="finished", exitstatus=int(exitstatus), current_test=None, finished_at=time.time())
         _write()
 
 
