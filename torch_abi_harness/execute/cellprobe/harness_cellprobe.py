@@ -31,10 +31,9 @@ import pytest
 LOAD_FAILED_EXIT = 10
 SKIP_EXIT = 11
 
+# What the probe file holds. A forkserver's child puts `pytest_main_at` here (time.time() as it calls pytest.main)
+# before pytest starts: what the per-phase breakdown (benchmarks/breakdown.py) splits the fork from pytest's start by.
 _record: dict[str, Any] = {}
-# time.time() when a forkserver's child called pytest.main (set there, before it; None in a fresh process): what
-# the harness's per-phase breakdown (benchmarks/breakdown.py) splits the fork and sandbox from pytest's own start by
-pytest_main_at: float | None = None
 
 
 def _write() -> None:
@@ -114,8 +113,6 @@ def pytest_load_initial_conftests(
     early_config: pytest.Config, parser: pytest.Parser, args: list[str]
 ) -> Generator[None, None, None]:
     _record.update(phase="import_torch", plugin_started=time.time(), pid=_host_pid())
-    if pytest_main_at is not None:
-        _record["pytest_main_at"] = pytest_main_at
     _write()
     started = time.perf_counter()
     import torch
