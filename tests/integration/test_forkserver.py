@@ -1,6 +1,7 @@
 """The forkserver executor against fresh processes, on real cells of every outcome: the same statuses
 and test counts, cells that see the environment a fresh process gets, and no server left behind."""
 
+import json
 import os
 import signal
 import time
@@ -156,4 +157,8 @@ def test_the_next_runtimes_server_starts_while_this_ones_cells_run(tmp_path: Pat
     # The first cell waited for its server's `import torch`; the second found its server ready, started ahead.
     assert first["durations"]["startup"] > 1.0, first["durations"]
     assert second["durations"]["startup"] < first["durations"]["startup"] / 2, (first["durations"], second["durations"])
+    # -j 1 is one cell's process at a time, though its recording overlaps the next cell (CellRunner.slots).
+    cells_dir = tmp_path / "reports" / "latest" / "cells"
+    first_ended = json.loads((cells_dir / first["id"] / "probe.json").read_text())["finished_at"]
+    assert (cells_dir / second["id"] / "command.txt").stat().st_mtime > first_ended
     assert not processes_mentioning(str(tmp_path)), "a server started ahead outlived its run"
