@@ -154,6 +154,7 @@ def test_the_next_runtimes_server_starts_while_this_ones_cells_run(tmp_path: Pat
     cells = cells_by_id(latest_results(tmp_path / "reports"))
     first, second = cells["ahead@b2.13.0-t2.10~r2.12.1-cpu"], cells["ahead@b2.13.0-t2.10~r2.13.0-cpu"]
     assert (first["tests"]["passed"], second["tests"]["passed"]) == (2, 2), (first["reason"], second["reason"])
+    assert first["executor"] == second["executor"] == "forkserver", run.stdout  # a server outlived its starter
     # The first cell waited for its server's `import torch`; the second found its server ready, started ahead.
     assert first["durations"]["startup"] > 1.0, first["durations"]
     assert second["durations"]["startup"] < first["durations"]["startup"] / 2, (first["durations"], second["durations"])

@@ -80,8 +80,7 @@ class ServerGone(Exception):
 
 @dataclasses.dataclass(frozen=True)
 class ServerRun:
-    """What a server takes from the run its cells belong to: the run's directory (it names the server, and keeps
-    what a server said in forkservers/) and the threads each cell may use."""
+    """What a server takes from its cells' run: the run's directory (it names the server) and each cell's threads."""
 
     run_dir: Path
     threads: int
@@ -363,7 +362,8 @@ class ForkserverBackend(VenvBackend):
         self._warmups: dict[str, float] = {}  # runtime id -> seconds its server took to start (import torch once)
         self._handles: dict[Runtime, RuntimeHandle] = {}
         self._next: dict[Runtime, Runtime] = {}  # a runtime -> the one whose cells run after its own
-        self._ahead: list[threading.Thread] = []  # servers being started ahead of their runtime's first cell
+        self._ahead: list[threading.Thread] = []  # each holds a server it started ahead, until the run is over
+        self._over = threading.Event()  # set when the run is over: the threads of _ahead may end
 
     def prepare(self, runtimes: Mapping[Runtime, Env | None]) -> dict[Runtime, RuntimeHandle]:
         handles = super().prepare(runtimes)
@@ -372,7 +372,9 @@ class ForkserverBackend(VenvBackend):
 
     def begin_run(self, cells: Sequence[Cell] = ()) -> None:
         super().begin_run(cells)
+        self._over.clear()
         with self._guard:
+            self._starting = {}  # a new run starts its servers anew, each once
             self._remaining = {}
             for cell in cells:
                 self._remaining[cell.runtime] = self._remaining.get(cell.runtime, 0) + 1
@@ -419,6 +421,7 @@ class ForkserverBackend(VenvBackend):
             self._ensure(handle, run)
         except BaseException as exc:  # the run is stopping (Interrupted): its first cell will say so, or not run
             log.debug("the forkserver of torch %s was not started ahead: %s", handle.torch_version, exc)
+        self._over.wait()  # a server dies with the thread that started it (the sandbox's `setpriv --pdeathsig`)
 
     def warmups(self) -> dict[str, float]:
         with self._guard:
@@ -479,11 +482,16 @@ class ForkserverBackend(VenvBackend):
     def end_run(self) -> None:
         with self._guard:
             ahead, self._ahead = self._ahead, []
-        for thread in ahead:  # a server started ahead is stopped with the others, never left behind
-            thread.join()
+            starting = list(self._starting.values())
+        for lock in starting:  # a server being started (ahead) is in _servers once its lock is free
+            with lock:
+                pass
         with self._guard:
             servers = [s for s in self._servers.values() if s is not None]
             self._servers = {}
         for server in servers:
             server.stop()
+        self._over.set()  # their servers stopped, the threads that started them ahead may end
+        for thread in ahead:
+            thread.join()
         super().end_run()
