@@ -33,6 +33,7 @@ cell makes that hole read-only again in its own world.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -84,10 +85,6 @@ class ServerRun:
 
     run_dir: Path
     threads: int
-
-    @classmethod
-    def of(cls, request: CellRequest) -> ServerRun:
-        return cls(request.out_dir.parents[1], request.threads)
 
 
 class ForkedCell:
@@ -209,6 +206,7 @@ class Server:
         self.backend = backend
         self.output = output  # what the server itself printed (nothing, unless it failed)
         self.log_path = log_path
+        self.start_cpu_s: float | None = None  # the CPU seconds it took to import torch and the rest, as it says
         self._lock = threading.Lock()
         control.settimeout(ANSWER_SECONDS)  # a server that stopped reading cannot block a cell's start
 
@@ -263,7 +261,10 @@ class Server:
             tail = _read(output).decode(errors="replace").strip().splitlines()[-3:]
             output.close()
             raise ServerGone(f"the forkserver of {label} did not start: {' / '.join(tail) or 'no output'}")
-        return cls(label, proc, ours, backend, output, run.run_dir / "forkservers" / f"{handle.runtime.id}.log")
+        server = cls(label, proc, ours, backend, output, run.run_dir / "forkservers" / f"{handle.runtime.id}.log")
+        with contextlib.suppress(ValueError, AttributeError, TypeError):
+            server.start_cpu_s = float(json.loads(message)["cpu_s"])
+        return server
 
     def box_returncode(self, code: int) -> int:
         return self.backend.sandbox.returncode(code)
@@ -361,7 +362,7 @@ class ForkserverBackend(VenvBackend):
         self._guard = threading.Lock()
         self._warmups: dict[str, float] = {}  # runtime id -> seconds its server took to start (import torch once)
         self._handles: dict[Runtime, RuntimeHandle] = {}
-        self._next: dict[Runtime, Runtime] = {}  # a runtime -> the one whose cells run after its own
+        self._next: dict[Runtime, Runtime] = {}  # a runtime -> the one whose cells run next
         self._ahead: list[threading.Thread] = []  # each holds a server it started ahead, until the run is over
         self._over = threading.Event()  # set when the run is over: the threads of _ahead may end
 
@@ -383,7 +384,7 @@ class ForkserverBackend(VenvBackend):
 
     def _server(self, request: CellRequest) -> Server | None:
         runtime = request.cell.runtime
-        run = ServerRun.of(request)
+        run = ServerRun(request.out_dir.parents[1], request.threads)  # cells/<id>/ in the run's directory
         self._start_ahead(self._next.get(runtime), run)
         return self._ensure(request.runtime, run)
 
@@ -396,17 +397,17 @@ class ForkserverBackend(VenvBackend):
             if runtime not in self._servers:
                 try:
                     started = time.monotonic()
-                    self._servers[runtime] = Server.start(handle, run, self)
-                    self._warmups[runtime.id] = time.monotonic() - started
+                    server = self._servers[runtime] = Server.start(handle, run, self)
+                    # its CPU time: its wall time grows when it starts alongside the cells (_start_ahead)
+                    self._warmups[runtime.id] = server.start_cpu_s or time.monotonic() - started
                 except ServerGone as exc:
                     log.warning("%s; its cells run in fresh processes", exc)
                     self._servers[runtime] = None
             return self._servers[runtime]
 
     def _start_ahead(self, runtime: Runtime | None, run: ServerRun) -> None:
-        """Start the next runtime's server while this one's cells run: its `import torch` then takes a core the
-        cells leave free (a server's start is one thread) instead of holding both workers at that runtime's first
-        cells. Once per runtime; never while the run is stopping."""
+        """Start the next runtime's server while this one's cells run (its start is one thread: it takes a core
+        the cells leave free, instead of holding both workers at that runtime's first cells); once per runtime."""
         handle = self._handles.get(runtime) if runtime is not None else None
         with self._guard:
             if handle is None or runtime in self._starting or self.stopping:

@@ -60,8 +60,9 @@ def own_test_seconds(junit: Path) -> float:
 def floor_of(
     cells: Sequence[CellResult], run_dir: Path, imports: Mapping[str, float], workers: int, wall_s: float
 ) -> Floor:
-    """The floor of the cells that ran. imports: seconds of one `import torch` by runtime id (a forkserver's warm-up,
-    or the fastest import a fresh cell of that runtime measured); a runtime missing there counts as free."""
+    """The floor of the cells that ran. imports: seconds of one `import torch` by runtime id (the CPU seconds of a
+    forkserver's start: it may overlap the cells, so its wall time says more of the machine's load than of torch; or
+    the fastest import a fresh cell of that runtime measured); a runtime missing there counts as free."""
     ran = [c for c in cells if c.durations.get("tests") is not None or c.durations.get("load") is not None]
     work = sum(
         (c.durations.get("load") or 0.0) + (own_test_seconds(run_dir / c.logs.junit) if c.logs.junit else 0.0)

@@ -252,7 +252,8 @@ def main() -> None:
     # several at its end to surface unraisable exceptions) then walk only what the cell made, not torch's objects
     # (about 0.2 s each otherwise), and leave the pages they share with the server unwritten.
     gc.freeze()
-    os.write(control_fd, json.dumps({"ready": True, "torch": torch.__version__}).encode())
+    ready = {"ready": True, "torch": torch.__version__, "cpu_s": round(time.process_time(), 3)}  # the run's floor
+    os.write(control_fd, json.dumps(ready).encode())
     serve(control_fd)
     # Its cells are over and it wrote nothing it must flush: end now, not after tearing down torch's modules (a
     # tenth of a second and more that the harness waits for, between one runtime's last cell and its result).
