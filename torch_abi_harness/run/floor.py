@@ -4,7 +4,7 @@ The floor is the work only the cells themselves can do (each loading its extensi
 the junit testcases' times, without collection or start-up) plus one `import torch` per runtime for each worker
 that runs that runtime's cells, all spread over the workers. The ratio of the run's wall time to it says how much
 the harness adds: start-up, collection, result writing, waiting. `nox -s bench` prints it beside the per-cell
-breakdown; `run` prints it in one line at the end.
+breakdown; `run` prints it in one line at the end; `benchmarks/breakdown.py` splits a kept run's cells into phases.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True)
 class Floor:
-    wall_s: float  # the cells' phase of the run, first cell started to last cell done
+    wall_s: float  # the run's wall time as `run` gives it: results.json's started to finished (envs checked too)
     work_s: float  # every cell's load and its tests' own time
     imports_s: float  # one `import torch` per runtime per worker that ran its cells
     workers: int
