@@ -262,7 +262,7 @@ class Server:
             output.close()
             raise ServerGone(f"the forkserver of {label} did not start: {' / '.join(tail) or 'no output'}")
         server = cls(label, proc, ours, backend, output, run.run_dir / "forkservers" / f"{handle.runtime.id}.log")
-        with contextlib.suppress(ValueError, AttributeError, TypeError):
+        with contextlib.suppress(ValueError, LookupError, TypeError):  # none said: its wall time counts
             server.start_cpu_s = float(json.loads(message)["cpu_s"])
         return server
 
