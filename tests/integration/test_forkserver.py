@@ -1,6 +1,7 @@
 """The forkserver executor against fresh processes, on real cells of every outcome: the same statuses
 and test counts, cells that see the environment a fresh process gets, and no server left behind."""
 
+import json
 import os
 import signal
 import time
@@ -119,3 +120,46 @@ def test_a_server_that_dies_under_a_cell_makes_it_error(workspace: Path) -> None
     assert (cell["status"], cell["verdict"]) == ("ERROR", "error"), cell
     assert cell["reason"].startswith("the forkserver of torch 2.13.0+cpu ended while this cell ran"), cell
     assert not processes_mentioning(str(workspace / "server_dies")), "the cell outlived its server"
+
+
+# The first runtime's cell holds its worker long enough for the next runtime's server to be ready before that
+# runtime's cell starts; both assert that the server's heap reached them frozen (what pytest's collections skip).
+AHEAD = """
+import gc
+import time
+
+import torch
+from @NS@ import ops
+
+
+def test_the_servers_heap_is_frozen():
+    assert gc.get_freeze_count() > 10_000, gc.get_freeze_count()
+
+
+def test_the_first_runtime_takes_its_time():
+    if torch.__version__.startswith("2.12."):
+        time.sleep(12)
+    assert ops.answer() == 41
+"""
+
+
+def test_the_next_runtimes_server_starts_while_this_ones_cells_run(tmp_path: Path) -> None:
+    make_extension(tmp_path / "extensions", "ahead", AHEAD)
+    (tmp_path / "matrix.yaml").write_text(
+        "schema_version: 1\nruntimes:\n  - torch: 2.12.1\n  - torch: 2.13.0\n"
+        "builds:\n  - extension: ahead\n    torch: 2.13.0\n    target: '2.10'\n"
+    )
+    run = harness("run", "-j", "1", "--reports-dir", "reports", cwd=tmp_path)
+    assert run.returncode == 0, run.stdout
+    cells = cells_by_id(latest_results(tmp_path / "reports"))
+    first, second = cells["ahead@b2.13.0-t2.10~r2.12.1-cpu"], cells["ahead@b2.13.0-t2.10~r2.13.0-cpu"]
+    assert (first["tests"]["passed"], second["tests"]["passed"]) == (2, 2), (first["reason"], second["reason"])
+    assert first["executor"] == second["executor"] == "forkserver", run.stdout  # a server outlived its starter
+    # The first cell waited for its server's `import torch`; the second found its server ready, started ahead.
+    assert first["durations"]["startup"] > 1.0, first["durations"]
+    assert second["durations"]["startup"] < first["durations"]["startup"] / 2, (first["durations"], second["durations"])
+    # -j 1 is one cell's process at a time, though its recording overlaps the next cell (CellRunner.slots).
+    cells_dir = tmp_path / "reports" / "latest" / "cells"
+    first_ended = json.loads((cells_dir / first["id"] / "probe.json").read_text())["finished_at"]
+    assert (cells_dir / second["id"] / "command.txt").stat().st_mtime > first_ended
+    assert not processes_mentioning(str(tmp_path)), "a server started ahead outlived its run"

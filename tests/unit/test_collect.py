@@ -139,6 +139,19 @@ def test_files_a_cell_planted_are_not_followed(tmp_path: Path) -> None:
     assert read_untrusted(secret, limit=4) is None  # larger than the limit
 
 
+def test_a_probe_killed_between_unlinking_its_record_and_renaming_the_new_one_is_read_from_its_temp_file(
+    tmp_path: Path,
+) -> None:
+    """The probe unlinks its old record before renaming the new one into place (a rename over a file costs a
+    flush on ext4); a cell killed in between left only the temp file, whole, and the cell's test is still named."""
+    (tmp_path / "probe.json.tmp").write_text(json.dumps({"phase": "tests", "current_test": "test_x.py::test_hangs"}))
+    outcome = classify(cell(tmp_path, None, None, None, timed_out=True), 7)
+    assert outcome.reason == "no result after 7 s, killed in test test_x.py::test_hangs"
+    (tmp_path / "probe.json").write_text(json.dumps({"phase": "tests", "current_test": "test_x.py::test_first"}))
+    record = ProbeRecord.read(tmp_path / "probe.json")  # the record in place wins over a temp file beside it
+    assert record is not None and record.current_test == "test_x.py::test_first"
+
+
 @pytest.mark.parametrize("probe", [{"phase": "import_torch"}, None], ids=["during-import-torch", "before-the-probe"])
 def test_a_crash_before_the_extension_loaded_is_an_error_not_a_crash(tmp_path: Path, probe: dict | None) -> None:
     """D4: a runtime that dies in `import torch` says nothing about the extension, which was never loaded."""

@@ -228,7 +228,7 @@ class Executor(abc.ABC):
         return []
 
     def warmups(self) -> dict[str, float]:
-        """Seconds a runtime's one-off start (importing torch once, for the cells it then forks) took, by runtime
+        """CPU seconds a runtime's one-off start (importing torch once, for the cells it then forks) took, by runtime
         id: what the run's floor counts as that runtime's `import torch`. Empty where cells start fresh."""
         return {}
 

@@ -13,7 +13,8 @@ kills the group, and the init's death ends the whole PID namespace. The
 server never imports an extension. What it cannot give, it does not pretend to: a `device: cuda`
 runtime keeps fresh processes (CUDA must not be initialised before a fork), and a runtime whose
 server does not start runs its cells fresh, said once in the log. A server that dies under a
-running cell makes that cell ERROR.
+running cell makes that cell ERROR. The server freezes its heap before it forks (`gc.freeze`): a cell's
+collections walk only what the cell made. The next runtime's server starts while this one's cells run.
 
 Every wait on a server is bounded. A server reports a cell's end within `ANSWER_SECONDS` of the
 cell's process ending (seen through a pidfd, not through the server) or of the harness killing it
@@ -32,7 +33,9 @@ cell makes that hole read-only again in its own world.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import itertools
 import json
 import logging
 import os
@@ -43,7 +46,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -52,9 +55,18 @@ from torch_abi_harness.core.files import write_atomic
 from torch_abi_harness.core.kinds import Device, ExecutorKind
 from torch_abi_harness.core.status import Status
 from torch_abi_harness.execute import cgroups, sandbox
-from torch_abi_harness.execute.api import CappedLog, CellDecided, CellExecution, CellRequest, CellView, Launched
+from torch_abi_harness.execute.api import (
+    CappedLog,
+    CellDecided,
+    CellExecution,
+    CellRequest,
+    CellView,
+    Launched,
+    RuntimeHandle,
+)
 from torch_abi_harness.execute.venv import PROBE_DIR, LogPump, VenvBackend, host_environ, interpreter_environ
 from torch_abi_harness.plan import Cell, Runtime
+from torch_abi_harness.provision.envs import Env
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +77,14 @@ SERVER = "import harness_forkserver; harness_forkserver.main()"
 
 class ServerGone(Exception):
     """The runtime's forkserver is not there (it died, or never started)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerRun:
+    """What a server takes from its cells' run: the run's directory (it names the server) and each cell's threads."""
+
+    run_dir: Path
+    threads: int
 
 
 class ForkedCell:
@@ -186,6 +206,7 @@ class Server:
         self.backend = backend
         self.output = output  # what the server itself printed (nothing, unless it failed)
         self.log_path = log_path
+        self.start_cpu_s: float | None = None  # the CPU seconds it took to import torch and the rest, as it says
         self._lock = threading.Lock()
         control.settimeout(ANSWER_SECONDS)  # a server that stopped reading cannot block a cell's start
 
@@ -201,13 +222,12 @@ class Server:
         return reason
 
     @classmethod
-    def start(cls, request: CellRequest, backend: ForkserverBackend, log_path: Path) -> Server:
-        handle = request.runtime
+    def start(cls, handle: RuntimeHandle, run: ServerRun, backend: ForkserverBackend) -> Server:
         label = f"torch {handle.torch_version}"
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # the run's directory names the server (and the cells it forks, which share its command line)
-        argv = [handle.python, "-c", SERVER, str(theirs.fileno()), str(request.out_dir.parents[1]), *backend.preload]
-        environ = {**host_environ(Path("/")), **interpreter_environ(request.threads, [PROBE_DIR])}
+        argv = [handle.python, "-c", SERVER, str(theirs.fileno()), str(run.run_dir), *backend.preload]
+        environ = {**host_environ(Path("/")), **interpreter_environ(run.threads, [PROBE_DIR])}
         cgroup_holes = backend.groups.prepare() if backend.sandbox.isolated else ()  # its cells join their groups
         if backend.sandbox.isolated:  # importing torch needs a temporary directory: the server's own empty tmpfs
             environ["TMPDIR"] = sandbox.SHM
@@ -241,7 +261,10 @@ class Server:
             tail = _read(output).decode(errors="replace").strip().splitlines()[-3:]
             output.close()
             raise ServerGone(f"the forkserver of {label} did not start: {' / '.join(tail) or 'no output'}")
-        return cls(label, proc, ours, backend, output, log_path)
+        server = cls(label, proc, ours, backend, output, run.run_dir / "forkservers" / f"{handle.runtime.id}.log")
+        with contextlib.suppress(ValueError, LookupError, TypeError):  # none said: its wall time counts
+            server.start_cpu_s = float(json.loads(message)["cpu_s"])
+        return server
 
     def box_returncode(self, code: int) -> int:
         return self.backend.sandbox.returncode(code)
@@ -338,29 +361,68 @@ class ForkserverBackend(VenvBackend):
         self._remaining: dict[Runtime, int] = {}
         self._guard = threading.Lock()
         self._warmups: dict[str, float] = {}  # runtime id -> seconds its server took to start (import torch once)
+        self._handles: dict[Runtime, RuntimeHandle] = {}
+        self._next: dict[Runtime, Runtime] = {}  # a runtime -> the one whose cells run next
+        self._ahead: list[threading.Thread] = []  # each holds a server it started ahead, until the run is over
+        self._over = threading.Event()  # set when the run is over: the threads of _ahead may end
+
+    def prepare(self, runtimes: Mapping[Runtime, Env | None]) -> dict[Runtime, RuntimeHandle]:
+        handles = super().prepare(runtimes)
+        self._handles.update(handles)
+        return handles
 
     def begin_run(self, cells: Sequence[Cell] = ()) -> None:
         super().begin_run(cells)
+        self._over.clear()
         with self._guard:
+            self._starting = {}  # a new run starts its servers anew, each once
             self._remaining = {}
             for cell in cells:
                 self._remaining[cell.runtime] = self._remaining.get(cell.runtime, 0) + 1
+            order = list(dict.fromkeys(cell.runtime for cell in cells if cell.runtime.device != Device.CUDA))
+            self._next = dict(itertools.pairwise(order))
 
     def _server(self, request: CellRequest) -> Server | None:
         runtime = request.cell.runtime
+        run = ServerRun(request.out_dir.parents[1], request.threads)  # cells/<id>/ in the run's directory
+        self._start_ahead(self._next.get(runtime), run)
+        return self._ensure(request.runtime, run)
+
+    def _ensure(self, handle: RuntimeHandle, run: ServerRun) -> Server | None:
+        """The runtime's server, started now unless it is there (or being started: then wait for it)."""
+        runtime = handle.runtime
         with self._guard:
             starting = self._starting.setdefault(runtime, threading.Lock())
         with starting:
             if runtime not in self._servers:
-                log_path = request.out_dir.parents[1] / "forkservers" / f"{runtime.id}.log"
                 try:
                     started = time.monotonic()
-                    self._servers[runtime] = Server.start(request, self, log_path)
-                    self._warmups[runtime.id] = time.monotonic() - started
+                    server = self._servers[runtime] = Server.start(handle, run, self)
+                    # its CPU time: its wall time grows when it starts alongside the cells (_start_ahead)
+                    self._warmups[runtime.id] = server.start_cpu_s or time.monotonic() - started
                 except ServerGone as exc:
                     log.warning("%s; its cells run in fresh processes", exc)
                     self._servers[runtime] = None
             return self._servers[runtime]
+
+    def _start_ahead(self, runtime: Runtime | None, run: ServerRun) -> None:
+        """Start the next runtime's server while this one's cells run (its start is one thread: it takes a core
+        the cells leave free, instead of holding both workers at that runtime's first cells); once per runtime."""
+        handle = self._handles.get(runtime) if runtime is not None else None
+        with self._guard:
+            if handle is None or runtime in self._starting or self.stopping:
+                return
+            self._starting[handle.runtime] = threading.Lock()
+            thread = threading.Thread(target=self._ahead_of_time, args=(handle, run), name=f"forkserver {runtime}")
+            self._ahead.append(thread)
+        thread.start()
+
+    def _ahead_of_time(self, handle: RuntimeHandle, run: ServerRun) -> None:
+        try:
+            self._ensure(handle, run)
+        except BaseException as exc:  # the run is stopping (Interrupted): its first cell will say so, or not run
+            log.debug("the forkserver of torch %s was not started ahead: %s", handle.torch_version, exc)
+        self._over.wait()  # a server dies with the thread that started it (the sandbox's `setpriv --pdeathsig`)
 
     def warmups(self) -> dict[str, float]:
         with self._guard:
@@ -420,8 +482,17 @@ class ForkserverBackend(VenvBackend):
 
     def end_run(self) -> None:
         with self._guard:
+            ahead, self._ahead = self._ahead, []
+            starting = list(self._starting.values())
+        for lock in starting:  # a server being started (ahead) is in _servers once its lock is free
+            with lock:
+                pass
+        with self._guard:
             servers = [s for s in self._servers.values() if s is not None]
             self._servers = {}
         for server in servers:
             server.stop()
+        self._over.set()  # their servers stopped, the threads that started them ahead may end
+        for thread in ahead:
+            thread.join()
         super().end_run()

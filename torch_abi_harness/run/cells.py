@@ -12,6 +12,7 @@ import functools
 import logging
 import os
 import tempfile
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -95,6 +96,9 @@ class CellRunner:
         self.prepared = prepared
         self.run_dir = run_dir
         self.threads = max(1, (os.cpu_count() or 1) // max(1, options.jobs))
+        # The run's -j: a cell holds a slot only while its process runs, so what is read and judged of it after
+        # (its junit and probe, the sweep, a damage check, its result.json) overlaps the next cell's run.
+        self.slots = threading.BoundedSemaphore(max(1, options.jobs))
 
     def request(self, cell: Cell, out: Path, preload: tuple[Path, ...] = ()) -> CellRequest:
         """The cell as its backend runs it: its timeout, its suite's test dependencies, what it preloads."""
@@ -114,7 +118,8 @@ class CellRunner:
     def execute(self, request: CellRequest) -> tuple[CellExecution, CellOutcome]:
         """Run the request; what it left, and the outcome classified from it. Then its directory keeps only
         plain files within the caps (after classify: the disk rule measures free space before any is freed)."""
-        execution = self.backend.execute(request)
+        with self.slots:
+            execution = self.backend.execute(request)
         outcome = classify(execution, request.timeout)
         left_out = keep_plain_files(request.out_dir)
         if left_out:

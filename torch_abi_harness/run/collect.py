@@ -143,8 +143,12 @@ class ProbeRecord:
 
     @classmethod
     def read(cls, path: Path) -> ProbeRecord | None:
-        """The record in path; None when the cell left none (or not JSON, or not a regular file)."""
+        """The record in path; None when the cell left none (or not JSON, or not a regular file). Where path is
+        missing, the probe's temp file beside it: a cell killed as it wrote its record (the old one unlinked, the
+        new one not yet renamed into place) left that one whole there."""
         raw = read_untrusted(path)
+        if raw is None:
+            raw = read_untrusted(path.with_name(path.name + ".tmp"))
         try:
             data = json.loads(raw) if raw is not None else None
         except ValueError:

@@ -4,7 +4,7 @@ The floor is the work only the cells themselves can do (each loading its extensi
 the junit testcases' times, without collection or start-up) plus one `import torch` per runtime for each worker
 that runs that runtime's cells, all spread over the workers. The ratio of the run's wall time to it says how much
 the harness adds: start-up, collection, result writing, waiting. `nox -s bench` prints it beside the per-cell
-breakdown; `run` prints it in one line at the end.
+breakdown; `run` prints it in one line at the end; `benchmarks/breakdown.py` splits a kept run's cells into phases.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True)
 class Floor:
-    wall_s: float  # the cells' phase of the run, first cell started to last cell done
+    wall_s: float  # the run's wall time as `run` gives it: results.json's started to finished (envs checked too)
     work_s: float  # every cell's load and its tests' own time
     imports_s: float  # one `import torch` per runtime per worker that ran its cells
     workers: int
@@ -60,8 +60,9 @@ def own_test_seconds(junit: Path) -> float:
 def floor_of(
     cells: Sequence[CellResult], run_dir: Path, imports: Mapping[str, float], workers: int, wall_s: float
 ) -> Floor:
-    """The floor of the cells that ran. imports: seconds of one `import torch` by runtime id (a forkserver's warm-up,
-    or the fastest import a fresh cell of that runtime measured); a runtime missing there counts as free."""
+    """The floor of the cells that ran. imports: seconds of one `import torch` by runtime id (the CPU seconds of a
+    forkserver's start: it may overlap the cells, so its wall time says more of the machine's load than of torch; or
+    the fastest import a fresh cell of that runtime measured); a runtime missing there counts as free."""
     ran = [c for c in cells if c.durations.get("tests") is not None or c.durations.get("load") is not None]
     work = sum(
         (c.durations.get("load") or 0.0) + (own_test_seconds(run_dir / c.logs.junit) if c.logs.junit else 0.0)

@@ -182,16 +182,15 @@ class Pipeline:
             results[retry.id] = retried(results[retry.id], retry)
             self.observer.cell_done(results[retry.id], len(results), len(cells))
 
+        workers = 2 * self.options.jobs  # -j cells run at once (CellRunner.slots); as many more are being recorded
         try:
-            parallel(self.options.jobs, one, cells, done, on_interrupt=self.backend.stop_all)
+            parallel(workers, one, cells, done, on_interrupt=self.backend.stop_all)
             for attempt in range(2, 2 + self.options.rerun_broken):  # --rerun-broken: the broken cells again
                 again = [c for c in cells if results[c.id].verdict is Verdict.BROKEN]
                 if not again:
                     break
                 self.observer.stage("rerun", f"{len(again)} broken cell(s), attempt {attempt}")
-                parallel(
-                    self.options.jobs, functools.partial(one, attempt=attempt), again, redone, self.backend.stop_all
-                )
+                parallel(workers, functools.partial(one, attempt=attempt), again, redone, self.backend.stop_all)
         except KeyboardInterrupt:
             interrupted = True
             log.warning("interrupted: %d of %d cells finished; writing the report", len(results), len(cells))

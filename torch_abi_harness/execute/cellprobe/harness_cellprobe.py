@@ -31,18 +31,29 @@ import pytest
 LOAD_FAILED_EXIT = 10
 SKIP_EXIT = 11
 
+# What the probe file holds. A forkserver's child puts `pytest_main_at` here (time.time() as it calls pytest.main)
+# before pytest starts: what the per-phase breakdown (benchmarks/breakdown.py) splits the fork from pytest's start by.
 _record: dict[str, Any] = {}
 
 
 def _write() -> None:
     """Replace the probe file whole; when it cannot be written (a full disk), leave no temp file and
-    go on: the harness then reads the last whole record, or none."""
+    go on: the harness then reads the last whole record, or none.
+
+    The old record is unlinked before the new one is renamed into its place, not replaced by the rename: ext4
+    flushes a file renamed over another to disk first (auto_da_alloc), 4-15 ms a write on a busy disk, and the
+    probe writes once per test (a suite of 350 tests paid seconds). A cell killed between the two steps leaves its
+    new record, whole, in the temp file, and the harness reads it there (run/collect.py)."""
     path = os.environ["HARNESS_PROBE_FILE"]
     tmp = path + ".tmp"
     try:
         with open(tmp, "w") as handle:
             json.dump(_record, handle, indent=1)
-        os.replace(tmp, path)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        os.rename(tmp, path)
     except OSError as exc:
         try:
             os.unlink(tmp)
@@ -239,6 +250,10 @@ def _import_failure(exc: BaseException, rootdir: Path) -> dict[str, Any]:
     }
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    _record["collected_at"] = time.time()  # no write: the next one (a test's start, the session's end) keeps it
+
+
 def pytest_runtest_logstart(nodeid: str, location: object) -> None:
     _record.update(phase="tests", current_test=nodeid)
     _write()
@@ -246,7 +261,7 @@ def pytest_runtest_logstart(nodeid: str, location: object) -> None:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _record.get("phase") in {"collect", "tests"}:
-        _record.update(phase="finished", exitstatus=int(exitstatus), current_test=None)
+        _record.update(phase="finished", exitstatus=int(exitstatus), current_test=None, finished_at=time.time())
         _write()
 
 
