@@ -194,14 +194,37 @@ def test_the_nightly_is_a_graph_of_build_jobs_run_jobs_by_runtime_and_a_merge_of
     assert "--shard" not in runs("gpu"), "the GPU job is one shard of another plan"
 
 
-def test_the_release_gate_decides_on_the_full_matrix_and_posts_the_decision_and_the_page() -> None:
-    (job,) = load_workflow(REPO / "ci" / "release-gating.yml")["jobs"].values()
-    runs = " ".join(step.get("run", "") for step in job["steps"])
-    assert 'nox -s harness -- gate --candidate "$CANDIDATE"' in runs and " -k " not in runs
-    assert 'gate.md >> "$GITHUB_STEP_SUMMARY"' in runs
-    uploads = [step["with"]["path"] for step in job["steps"] if "upload-artifact" in step.get("uses", "")]
-    assert "reports/latest/report.html" in uploads
-    assert '["exit_code"]' in job["steps"][-1]["run"]  # the job ends with the gate's own code
+def test_the_release_gate_is_the_nightlys_graph_with_a_decide_job_that_runs_no_cell() -> None:
+    """plan -> build (by build torch) -> run (by runtime) -> merge -> decide, every job planning from the same
+    plan-inputs/args; the decide job decides with `gate --from-run` from the merged run and the handed-on builds,
+    posts gate.md and report.html, and ends with the gate's own exit code."""
+    jobs = load_workflow(REPO / "ci" / "release-gating.yml")["jobs"]
+
+    def runs(job: str) -> str:
+        return " ".join(step.get("run", "") for step in jobs[job]["steps"])
+
+    assert set(jobs) == {"plan", "build", "run", "merge", "decide"}
+    assert '--candidate "$CANDIDATE"' in runs("plan") and "plan-inputs/args" in runs("plan")
+    assert '--previous "$PREVIOUS"' in runs("plan") and 'if [ -n "$PREVIOUS" ]' in runs("plan"), "empty: computed"
+    assert "--build-jobs --json" in runs("plan") and "--by runtime --json" in runs("plan")
+    assert jobs["build"]["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.builds) }}"
+    assert jobs["run"]["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.shards) }}"
+    assert 'build "${args[@]}" --torch "$TORCH" --out built/' in runs("build")
+    assert '--shard "$SHARD" --by runtime --prebuilt built/' in runs("run")
+    assert "merge" in runs("merge") and "--allow-missing" in runs("merge")
+    decide = jobs["decide"]
+    assert set(decide["needs"]) == {"plan", "build", "merge"} and decide["if"].startswith("always()")
+    assert decide["permissions"] == {"contents": "read", "actions": "read"}, "the baseline is another run's artifact"
+    assert 'gate "${args[@]}" --from-run merged --prebuilt built/' in runs("decide") and " -k " not in runs("decide")
+    assert "--from-run" in options_of(subcommands()["gate"]) and "--previous" in options_of(subcommands()["plan"])
+    baseline = next(s for s in decide["steps"] if s.get("with", {}).get("run-id"))
+    assert baseline["with"]["run-id"] == "${{ inputs.baseline_run_id }}"
+    assert 'gate.md >> "$GITHUB_STEP_SUMMARY"' in runs("decide")
+    uploads = [step["with"]["path"] for step in decide["steps"] if "upload-artifact" in step.get("uses", "")]
+    assert "merged/report.html" in uploads
+    assert '["exit_code"]' in decide["steps"][-1]["run"]  # the job ends with the gate's own code
+    for job in ("build", "run", "decide"):
+        assert "download-artifact" in yaml.safe_dump(jobs[job]) and "stable-abi-gate-plan-" in yaml.safe_dump(jobs[job])
 
 
 def test_ci_matrices_load() -> None:
@@ -314,7 +337,9 @@ CELL_JOBS: dict[tuple[str, str], Callable[[], list[str]] | None] = {
     ("nightly.yml", "run"): None,
     ("nightly.yml", "gpu"): lambda: whole_plan("ci/matrix-gpu.yaml"),
     ("nightly.yml", "mutate"): lambda: mutation_cells("matrix.yaml"),
-    ("release-gating.yml", "gate"): lambda: whole_plan("matrix.yaml"),
+    ("release-gating.yml", "build"): None,
+    ("release-gating.yml", "run"): None,
+    ("release-gating.yml", "decide"): lambda: ["3.11"],  # runs no cell: the candidate's env on the matrix's python
     ("gate-replay.yml", "replay"): lambda: whole_plan("matrix.yaml"),  # its selection's cells: a subset
 }
 RUNS_CELLS = re.compile(r"torch_abi_harness (?:run|build)\b|nox -s (?:matrix|mutate|gate_replay)\b|-- gate\b")
@@ -333,14 +358,16 @@ def test_every_job_that_runs_cells_is_held_to_the_cpythons_it_needs() -> None:
 @pytest.mark.parametrize("matrix", ["matrix.yaml", "ci/matrix-full.yaml", "tests/graph/matrix.yaml"])
 def test_each_build_and_run_job_sets_up_the_cpythons_its_plan_names(matrix: str) -> None:
     """Hosted runners keep CPythons other than the one set up off PATH: a run job whose runtimes are on 3.10 sets
-    up 3.10 (the plan's `pythons` of its job matrix entry), and the harness's own 3.11 comes last (`python`)."""
-    jobs = load_workflow(REPO / "ci" / "nightly.yml")["jobs"]
+    up 3.10 (the plan's `pythons` of its job matrix entry), and the harness's own 3.11 comes last (`python`). The
+    release gate's graph (the same plan with a candidate) likewise."""
     plan = make_plan(load_matrix(REPO / matrix))
-    for job, entries in (("build", build_jobs(plan)), ("run", fan_out(plan, None, by="runtime"))):
-        for entry in entries["include"]:
-            listed = set_up_pythons(jobs[job], entry)
-            assert set(entry["pythons"]) <= set(listed), (job, entry, listed)
-            assert listed[-1] == "3.11", f"{job}: the harness's own interpreter is not the last: {listed}"
+    for workflow in ("nightly.yml", "release-gating.yml"):
+        jobs = load_workflow(REPO / "ci" / workflow)["jobs"]
+        for job, entries in (("build", build_jobs(plan)), ("run", fan_out(plan, None, by="runtime"))):
+            for entry in entries["include"]:
+                listed = set_up_pythons(jobs[job], entry)
+                assert set(entry["pythons"]) <= set(listed), (workflow, job, entry, listed)
+                assert listed[-1] == "3.11", f"{job}: the harness's own interpreter is not the last: {listed}"
     assert any(entry["pythons"] != ["3.11"] for entry in fan_out(plan, None, by="runtime")["include"]) or (
         matrix == "tests/graph/matrix.yaml"
     )
@@ -367,7 +394,7 @@ def test_no_job_downloads_a_cpython_it_did_not_set_up() -> None:
         for path in WORKFLOWS
         for name, job in load_workflow(path)["jobs"].items()
     }
-    for key in (("nightly.yml", "run"), ("release-gating.yml", "gate"), ("gate-replay.yml", "replay")):
+    for key in (("nightly.yml", "run"), ("release-gating.yml", "run"), ("release-gating.yml", "decide")):
         assert "--no-python-downloads" in runs[key], key
 
 

@@ -6,11 +6,12 @@ the arguments once, and what is printed."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from packaging.version import Version
 from rich.markup import escape
 
-from torch_abi_harness.cli.args import Command, existing_file
+from torch_abi_harness.cli.args import Command, existing_dir, existing_file
 from torch_abi_harness.cli.console import console
 from torch_abi_harness.cli.run import ConsoleHooks, execute_options, executing_options, matrix_options, matrix_request
 from torch_abi_harness.cli.run_output import print_diff
@@ -31,10 +32,20 @@ def add_gate(command: Command) -> None:
     executing_options(gate)
     gate.set_defaults(rerun_failed=None, shard=None, durations=None)
     gate.add_argument(
-        "--previous",
+        "--from-run",
+        type=Path,
         default=None,
-        metavar="RELEASE",
-        help="the release abi-diff compares the candidate with (default: the matrix's newest runtime below it)",
+        metavar="RUN",
+        help="decide from RUN, the merged report of the gate's CI graph (its build and run jobs ran the gate's "
+        "plan: the same --matrix, --candidate, --previous and -k), running no cell; needs --prebuilt",
+    )
+    gate.add_argument(
+        "--prebuilt",
+        type=existing_dir,
+        default=None,
+        metavar="DIR",
+        help="the builds as the graph's build jobs handed them on (`build --out DIR`): with --from-run, what they "
+        "call is read from them; without, the matrix runs from them instead of building here",
     )
     gate.add_argument(
         "--candidate-wheel",
@@ -77,6 +88,7 @@ def gate_request(args: argparse.Namespace) -> GateRequest:
         baseline=args.baseline,
         replay_from=release_option("--replay-from", args.replay_from) if args.replay else None,
         strict=args.strict,
+        from_run=args.from_run,
     )
 
 
