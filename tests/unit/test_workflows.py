@@ -339,7 +339,6 @@ CELL_JOBS: dict[tuple[str, str], Callable[[], list[str]] | None] = {
     ("nightly.yml", "mutate"): lambda: mutation_cells("matrix.yaml"),
     ("release-gating.yml", "build"): None,
     ("release-gating.yml", "run"): None,
-    ("release-gating.yml", "decide"): lambda: ["3.11"],  # runs no cell: the candidate's env on the matrix's python
     ("gate-replay.yml", "replay"): lambda: whole_plan("matrix.yaml"),  # its selection's cells: a subset
 }
 RUNS_CELLS = re.compile(r"torch_abi_harness (?:run|build)\b|nox -s (?:matrix|mutate|gate_replay)\b|-- gate\b")

@@ -75,20 +75,7 @@ def matrix_options(p: argparse.ArgumentParser) -> None:
         metavar="RELEASE[:cuda]",
         help="a runtime besides the matrix's, e.g. a pre-release or a release candidate (repeatable)",
     )
-    p.add_argument(
-        "--candidate",
-        default=None,
-        metavar="RELEASE",
-        help="a release candidate on both axes: a runtime, and the build torch of every stable extension "
-        "at every target from its min_target to the candidate's level (the gate's plan: its graph's jobs pass it)",
-    )
-    p.add_argument(
-        "--previous",
-        default=None,
-        metavar="RELEASE",
-        help="with --candidate: the release it is compared with, the only other one a published wheel runs on "
-        "(default: the matrix's newest runtime below the candidate)",
-    )
+    candidate_options(p)
     p.add_argument(
         "--extra-index-url",
         action="append",
@@ -112,6 +99,24 @@ def matrix_options(p: argparse.ArgumentParser) -> None:
         help="an existing environment's interpreter (a conda env, a source build, a machine image's Python): it "
         "serves every build and runtime whose torch release, variant and Python it matches, instead of an env "
         "made with uv; used as it is, never written to (repeatable; venv backend)",
+    )
+
+
+def candidate_options(p: argparse.ArgumentParser) -> None:
+    """A release candidate on both axes, and the release it is compared with: the gate's plan."""
+    p.add_argument(
+        "--candidate",
+        default=None,
+        metavar="RELEASE",
+        help="a release candidate on both axes: a runtime, and the build torch of every stable extension "
+        "at every target from its min_target to the candidate's level (the gate's plan: its graph's jobs pass it)",
+    )
+    p.add_argument(
+        "--previous",
+        default=None,
+        metavar="RELEASE",
+        help="with --candidate: the release it is compared with, the only other one a published wheel runs on "
+        "(default: the matrix's newest runtime below the candidate)",
     )
 
 
