@@ -83,7 +83,7 @@ def test_the_gate_as_a_graph_decides_as_one_machine_does(gate_graph: Runner, gra
     assert len(runs) == 3 and any(f"r{CANDIDATE}" in r.label for r in runs), [r.label for r in runs]
     for record in graph.records:
         assert 0 < record.peak_bytes < DISK_GB * 2**30, record
-    report = graph.root / "artifacts" / f"stable-abi-gate-{CANDIDATE}-{graph.run_id}"
+    report = graph.root / "artifacts" / f"stable-abi-gate-{CANDIDATE}-report-{graph.run_id}"
     decided = json.loads((report / "gate.json").read_text())
     one = graph_root / "one-machine"
     done = harness(
@@ -117,9 +117,9 @@ def test_the_decide_job_refuses_a_run_of_another_plan(gate_graph: Runner, graph_
     """`gate --from-run` with the merged run of the graph but another plan (no --previous: 2.14.1 is the matrix's
     newest runtime below the candidate, so the plan is the same; -k narrows it): exit 2, naming what differs."""
     graph = gate_graph
-    merged = graph.root / "artifacts" / f"stable-abi-gate-merged-{graph.run_id}"
+    merged = graph.root / "artifacts" / f"stable-abi-gate-{CANDIDATE}-merged-{graph.run_id}"
     built = graph_root / "built"
-    for artifact in graph.artifacts.glob(f"stable-abi-gate-builds-*-{graph.run_id}"):
+    for artifact in graph.artifacts.glob(f"stable-abi-gate-{CANDIDATE}-builds-*-{graph.run_id}"):
         for entry in artifact.iterdir():
             target = built / entry.name
             target.parent.mkdir(parents=True, exist_ok=True)

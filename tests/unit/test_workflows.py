@@ -224,7 +224,7 @@ def test_the_release_gate_is_the_nightlys_graph_with_a_decide_job_that_runs_no_c
     assert "merged/report.html" in uploads
     assert '["exit_code"]' in decide["steps"][-1]["run"]  # the job ends with the gate's own code
     for job in ("build", "run", "decide"):
-        assert "download-artifact" in yaml.safe_dump(jobs[job]) and "stable-abi-gate-plan-" in yaml.safe_dump(jobs[job])
+        assert "download-artifact" in yaml.safe_dump(jobs[job]) and "-plan-${{ github.run_id }}" in yaml.safe_dump(jobs[job])
 
 
 def test_ci_matrices_load() -> None:
