@@ -2,15 +2,19 @@
 that ran the same plan decided; a run of another plan, or a request without the build jobs' hand-offs, is refused
 before any work. (tests/graph/test_gate_graph.py holds the whole graph to a one-machine gate.)"""
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import pytest
+from packaging.version import Version
 from test_gate_orchestrate import Recorder, counts, small_matrix
 
 from torch_abi_harness.core.errors import BadInputError
 from torch_abi_harness.gate.candidate import Candidate
+from torch_abi_harness.gate.decide import Decision
 from torch_abi_harness.gate.orchestrate import GateRequest, run_gate
+from torch_abi_harness.gate.replay import ROW_FILE, decide_from_run, replay_jobs, run_replay
 from torch_abi_harness.results.model import RunResult
 from torch_abi_harness.run.launch import ExecuteOptions, MatrixRequest
 from torch_abi_harness.run.pipeline import Pipeline
@@ -67,3 +71,54 @@ def test_from_run_needs_the_build_jobs_hand_offs_and_decides_one_candidate(tmp_p
             candidate=Candidate.parse("2.15.0"),
             from_run=tmp_path,
         )
+
+
+def test_the_replays_table_from_its_graphs_rows_is_the_table_of_a_replay_here(
+    tmp_path: Path, counts: dict[str, list[str]]
+) -> None:
+    """Each decide job leaves its replay-row.json; the table job tabulates them (`gate --replay --replay-rows`) as
+    `gate --replay` does when it gates each release itself; a pair whose graph left no row is UNDECIDED."""
+    matrix = small_matrix(tmp_path, "2.13.0", "2.14.1", "2.15.0")
+    replay = GateRequest(
+        matrix=MatrixRequest(path=matrix),
+        execute=ExecuteOptions(reports_dir=tmp_path / "here", cache_dir=tmp_path / "cache", jobs=1),
+        replay_from=Version("2.14.1"),
+    )
+    here = run_replay(replay, Recorder())
+    rows = tmp_path / "decisions"
+    for row in here.rows:  # as each candidate's decide job would: `gate --from-run`, its row beside gate.json
+        assert row.run_dir is not None
+        prebuilt = tmp_path / "built"
+        prebuilt.mkdir(exist_ok=True)
+        execute = ExecuteOptions(reports_dir=tmp_path / "x", cache_dir=tmp_path / "cache", jobs=1, prebuilt=prebuilt)
+        one = GateRequest(
+            matrix=MatrixRequest(path=matrix),
+            execute=execute,
+            candidate=Candidate.parse(str(row.candidate)),
+            previous=row.previous,
+            from_run=row.run_dir,
+        )
+        outcome = decide_from_run(one, Recorder())
+        assert outcome.run_dir / ROW_FILE in outcome.written
+        (rows / f"stable-abi-gate-{row.candidate}-report").mkdir(parents=True)
+        (outcome.run_dir / ROW_FILE).rename(rows / f"stable-abi-gate-{row.candidate}-report" / ROW_FILE)
+    tabulate = dataclasses.replace(replay, execute=dataclasses.replace(replay.execute, reports_dir=tmp_path / "t"))
+    table = run_replay(dataclasses.replace(tabulate, replay_rows=rows), Recorder())
+    assert [r.line for r in table.rows] == [r.line for r in here.rows]
+    assert table.markdown.splitlines()[2:] == here.markdown.splitlines()[2:]  # but the title's minutes
+    assert [r.decision for r in table.rows] == [Decision.GO, Decision.GO] and table.exit_code == 0
+    (rows / "stable-abi-gate-2.15.0-report" / ROW_FILE).unlink()
+    lost = run_replay(dataclasses.replace(tabulate, replay_rows=rows), Recorder())
+    assert lost.rows[1].decision is Decision.UNDECIDED and "left no decision" in lost.rows[1].line
+    assert lost.exit_code == 3
+    with pytest.raises(BadInputError, match="--replay-rows tabulates a replay's graphs: add --replay"):
+        dataclasses.replace(tabulate, replay_from=None, replay_rows=rows, candidate=Candidate.parse("2.15.0"))
+
+
+def test_the_replays_job_matrix_is_one_gate_graph_per_pair(tmp_path: Path) -> None:
+    matrix = small_matrix(tmp_path, "2.13.0", "2.14.1", "2.15.0")
+    execute = ExecuteOptions(reports_dir=tmp_path / "r", cache_dir=tmp_path / "cache", jobs=1)
+    replay = GateRequest(matrix=MatrixRequest(path=matrix), execute=execute, replay_from=Version("2.14.1"))
+    assert replay_jobs(replay) == {
+        "include": [{"candidate": "2.14.1", "previous": "2.13.0"}, {"candidate": "2.15.0", "previous": "2.14.1"}]
+    }

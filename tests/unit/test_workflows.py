@@ -224,7 +224,38 @@ def test_the_release_gate_is_the_nightlys_graph_with_a_decide_job_that_runs_no_c
     assert "merged/report.html" in uploads
     assert '["exit_code"]' in decide["steps"][-1]["run"]  # the job ends with the gate's own code
     for job in ("build", "run", "decide"):
-        assert "download-artifact" in yaml.safe_dump(jobs[job]) and "-plan-${{ github.run_id }}" in yaml.safe_dump(jobs[job])
+        assert "download-artifact" in yaml.safe_dump(jobs[job]) and "-plan-${{ github.run_id }}" in yaml.safe_dump(
+            jobs[job]
+        )
+
+
+def test_the_gate_replay_is_one_gate_graph_per_candidate_and_a_table_of_their_rows() -> None:
+    """pairs (`gate --replay --pairs`: the job matrix) -> gate (release-gating.yml called once per pair, its
+    artifacts named after the candidate) -> table (`gate --replay --replay-rows`: the decide jobs' rows)."""
+    jobs = load_workflow(REPO / "ci" / "gate-replay.yml")["jobs"]
+    assert set(jobs) == {"pairs", "gate", "table"}
+    pairs = " ".join(step.get("run", "") for step in jobs["pairs"]["steps"])
+    assert 'gate --replay --replay-from "$REPLAY_FROM" --pairs' in pairs
+    gate = jobs["gate"]
+    assert gate["uses"].endswith("/release-gating.yml") and gate["strategy"]["matrix"] == (
+        "${{ fromJSON(needs.pairs.outputs.pairs) }}"
+    )
+    assert (
+        gate["with"]["candidate"] == "${{ matrix.candidate }}" and gate["with"]["previous"] == "${{ matrix.previous }}"
+    )
+    assert gate["permissions"]["actions"] == "read", "a called workflow gets no more than its caller's job grants"
+    table = jobs["table"]
+    assert table["if"].startswith("always()") and set(table["needs"]) == {"pairs", "gate"}
+    download = next(s for s in table["steps"] if "download-artifact" in s.get("uses", ""))
+    assert download["with"]["pattern"] == "stable-abi-gate-*-report-${{ github.run_id }}"
+    called = load_workflow(REPO / "ci" / "release-gating.yml")["jobs"]["decide"]
+    assert any(
+        s.get("with", {}).get("name") == "stable-abi-gate-${{ inputs.candidate }}-report-${{ github.run_id }}"
+        for s in called["steps"]
+    ), "what the table downloads is what each decide job uploads"
+    runs = " ".join(step.get("run", "") for step in table["steps"])
+    assert "--replay-rows decisions" in runs and "replay.md" in runs
+    assert {"--pairs", "--replay-rows"} <= options_of(subcommands()["gate"])
 
 
 def test_ci_matrices_load() -> None:
@@ -339,7 +370,6 @@ CELL_JOBS: dict[tuple[str, str], Callable[[], list[str]] | None] = {
     ("nightly.yml", "mutate"): lambda: mutation_cells("matrix.yaml"),
     ("release-gating.yml", "build"): None,
     ("release-gating.yml", "run"): None,
-    ("gate-replay.yml", "replay"): lambda: whole_plan("matrix.yaml"),  # its selection's cells: a subset
 }
 RUNS_CELLS = re.compile(r"torch_abi_harness (?:run|build)\b|nox -s (?:matrix|mutate|gate_replay)\b|-- gate\b")
 

@@ -72,6 +72,7 @@ class GateRequest:
     replay_from: Version | None = None  # `gate --replay`: every release of the matrix from this one on
     strict: bool = False  # --strict: what the candidate carries from earlier releases is a reason too
     from_run: Path | None = None  # `gate --from-run`: the merged run of the gate's graph, decided on, no cell run
+    replay_rows: Path | None = None  # `gate --replay --replay-rows`: the rows the replay's graphs left, tabulated
 
     def __post_init__(self) -> None:
         if self.from_run is not None and (self.replay_from is not None or self.execute.prebuilt is None):
@@ -79,6 +80,8 @@ class GateRequest:
                 "gate --from-run decides one candidate from its graph's merged run: it needs --prebuilt BUILT (the "
                 "build jobs' hand-offs: what the builds call) and takes no --replay (each candidate has its own graph)"
             )
+        if self.replay_rows is not None and self.replay_from is None:
+            raise BadInputError("gate --replay-rows tabulates a replay's graphs: add --replay")
         if self.replay_from is not None:
             if self.candidate or self.previous or self.candidate_wheel or self.baseline:
                 raise BadInputError(
