@@ -60,13 +60,11 @@ def _graph_options(gate: argparse.ArgumentParser) -> None:
         help="decide from RUN, the merged report of the gate's CI graph (its build and run jobs ran the gate's "
         "plan: the same --matrix, --candidate, --previous and -k), running no cell; needs --prebuilt",
     )
-    gate.add_argument(
+    _directory(
+        gate,
         "--prebuilt",
-        type=existing_dir,
-        default=None,
-        metavar="DIR",
-        help="the builds as the graph's build jobs handed them on (`build --out DIR`): with --from-run, what they "
-        "call is read from them; without, the matrix runs from them instead of building here",
+        "the builds as the graph's build jobs handed them on (`build --out DIR`): with --from-run, what they call is "
+        "read from them; without, the matrix runs from them instead of building here",
     )
 
 
@@ -90,14 +88,17 @@ def _replay_options(gate: argparse.ArgumentParser) -> None:
         help="with --replay: print the job matrix of its (candidate, previous) pairs as JSON (ci/gate-replay.yml runs "
         "one gate graph per pair) and run nothing",
     )
-    gate.add_argument(
+    _directory(
+        gate,
         "--replay-rows",
-        type=existing_dir,
-        default=None,
-        metavar="DIR",
-        help="with --replay: the table from the rows the pairs' gate graphs left (each decide job's replay-row.json, "
-        "one folder each under DIR) instead of gating each release here; a pair without one is UNDECIDED",
+        "with --replay: the table from the rows the pairs' gate graphs left (each decide job's replay-row.json, one "
+        "folder each under DIR) instead of gating each release here; a pair without one is UNDECIDED",
     )
+
+
+def _directory(gate: argparse.ArgumentParser, flag: str, text: str) -> None:
+    """An option naming a directory that must exist (a typo is a usage error, exit 2)."""
+    gate.add_argument(flag, type=existing_dir, default=None, metavar="DIR", help=text)
 
 
 def gate_request(args: argparse.Namespace) -> GateRequest:
