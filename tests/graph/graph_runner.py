@@ -16,7 +16,8 @@ declared artifacts passed between jobs. `run:` steps run for real with bash as G
   it. The jobs' PATH has no pyenv shims (a hosted runner has none): a CPython a job did not set up is not
   there. With `cache: pip`, pip's cache restored from the store at the start and saved at the end.
 - actions/upload-artifact / download-artifact: a copy into and out of an artifact store outside the job
-  (by `name`, or every artifact matching `pattern`, each in its own folder unless `merge-multiple`).
+  (by `name`, or every artifact matching `pattern`, each in its own folder unless `merge-multiple`); a `path`
+  that is one file uploads that file alone.
 - actions/cache/restore and save: restore seeds `path` from `seed_cache(key, path)` (the test decides
   what an earlier nightly of that job would have saved); save records the size it would upload.
 
@@ -500,6 +501,8 @@ class Runner:
     def upload(self, given: Mapping[str, Any], workspace: Path) -> dict[str, str]:
         name = str(given["name"])
         source = workspace / str(given["path"])
+        if source.is_file():
+            return self.upload_file(name, source)
         if not source.exists() or not any(source.iterdir()):
             if given.get("if-no-files-found", "warn") == "error":
                 raise ActionFailed(f"upload-artifact {name}: no files at {source}")
@@ -508,6 +511,14 @@ class Runner:
         target = self.artifacts / name
         shutil.rmtree(target, ignore_errors=True)
         shutil.copytree(source, target, ignore=None if given.get("include-hidden-files") else _hidden)
+        return {"artifact-id": name}
+
+    def upload_file(self, name: str, source: Path) -> dict[str, str]:
+        """upload-artifact of one file (`path: reports/report.html`): the artifact holds that file, by its name."""
+        target = self.artifacts / name
+        shutil.rmtree(target, ignore_errors=True)
+        target.mkdir()
+        shutil.copyfile(source, target / source.name)
         return {"artifact-id": name}
 
     def download(self, given: Mapping[str, Any], workspace: Path) -> dict[str, str]:
