@@ -218,6 +218,7 @@ def test_the_replay_table_is_counted_from_each_gate_s_typed_evidence() -> None:
         "run_dir",
         "seconds",
         "data",
+        "columns",
     ]
 
 

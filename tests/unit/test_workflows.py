@@ -194,14 +194,69 @@ def test_the_nightly_is_a_graph_of_build_jobs_run_jobs_by_runtime_and_a_merge_of
     assert "--shard" not in runs("gpu"), "the GPU job is one shard of another plan"
 
 
-def test_the_release_gate_decides_on_the_full_matrix_and_posts_the_decision_and_the_page() -> None:
-    (job,) = load_workflow(REPO / "ci" / "release-gating.yml")["jobs"].values()
-    runs = " ".join(step.get("run", "") for step in job["steps"])
-    assert 'nox -s harness -- gate --candidate "$CANDIDATE"' in runs and " -k " not in runs
-    assert 'gate.md >> "$GITHUB_STEP_SUMMARY"' in runs
-    uploads = [step["with"]["path"] for step in job["steps"] if "upload-artifact" in step.get("uses", "")]
+def test_the_release_gate_is_the_nightlys_graph_with_a_decide_job_that_runs_no_cell() -> None:
+    """plan -> build (by build torch) -> run (by runtime) -> merge -> decide, every job planning from the same
+    plan-inputs/args; the decide job decides with `gate --from-run` from the merged run and the handed-on builds,
+    posts gate.md and report.html, and ends with the gate's own exit code."""
+    jobs = load_workflow(REPO / "ci" / "release-gating.yml")["jobs"]
+
+    def runs(job: str) -> str:
+        return " ".join(step.get("run", "") for step in jobs[job]["steps"])
+
+    assert set(jobs) == {"plan", "build", "run", "merge", "decide"}
+    assert '--candidate "$CANDIDATE"' in runs("plan") and "plan-inputs/args" in runs("plan")
+    assert '--previous "$PREVIOUS"' in runs("plan") and 'if [ -n "$PREVIOUS" ]' in runs("plan"), "empty: computed"
+    assert "--build-jobs --json" in runs("plan") and "--by runtime --json" in runs("plan")
+    assert jobs["build"]["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.builds) }}"
+    assert jobs["run"]["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.shards) }}"
+    assert 'build "${args[@]}" --torch "$TORCH" --out built/' in runs("build")
+    assert '--shard "$SHARD" --by runtime --prebuilt built/' in runs("run")
+    assert "merge" in runs("merge") and "--allow-missing" in runs("merge")
+    decide = jobs["decide"]
+    assert set(decide["needs"]) == {"plan", "build", "merge"} and decide["if"].startswith("always()")
+    assert decide["permissions"] == {"contents": "read", "actions": "read"}, "the baseline is another run's artifact"
+    assert 'gate "${args[@]}" --from-run merged --prebuilt built/' in runs("decide") and " -k " not in runs("decide")
+    assert "--from-run" in options_of(subcommands()["gate"]) and "--previous" in options_of(subcommands()["plan"])
+    baseline = next(s for s in decide["steps"] if s.get("with", {}).get("run-id"))
+    assert baseline["with"]["run-id"] == "${{ inputs.baseline_run_id }}"
+    assert 'gate.md >> "$GITHUB_STEP_SUMMARY"' in runs("decide")
+    uploads = [step["with"]["path"] for step in decide["steps"] if "upload-artifact" in step.get("uses", "")]
     assert "report-html/stable-abi-gate-${{ inputs.candidate }}-${{ github.run_id }}.html" in uploads
-    assert '["exit_code"]' in job["steps"][-1]["run"]  # the job ends with the gate's own code
+    assert "merged/report.html" in runs("decide"), "report.html copied to its artifact's name, unzipped"
+    assert '["exit_code"]' in decide["steps"][-1]["run"]  # the job ends with the gate's own code
+    for job in ("build", "run", "decide"):
+        assert "download-artifact" in yaml.safe_dump(jobs[job]) and "-plan-${{ github.run_id }}" in yaml.safe_dump(
+            jobs[job]
+        )
+
+
+def test_the_gate_replay_is_one_gate_graph_per_candidate_and_a_table_of_their_rows() -> None:
+    """pairs (`gate --replay --pairs`: the job matrix) -> gate (release-gating.yml called once per pair, its
+    artifacts named after the candidate) -> table (`gate --replay --replay-rows`: the decide jobs' rows)."""
+    jobs = load_workflow(REPO / "ci" / "gate-replay.yml")["jobs"]
+    assert set(jobs) == {"pairs", "gate", "table"}
+    pairs = " ".join(step.get("run", "") for step in jobs["pairs"]["steps"])
+    assert 'gate --replay --replay-from "$REPLAY_FROM" --pairs' in pairs
+    gate = jobs["gate"]
+    assert gate["uses"].endswith("/release-gating.yml") and gate["strategy"]["matrix"] == (
+        "${{ fromJSON(needs.pairs.outputs.pairs) }}"
+    )
+    assert (
+        gate["with"]["candidate"] == "${{ matrix.candidate }}" and gate["with"]["previous"] == "${{ matrix.previous }}"
+    )
+    assert gate["permissions"]["actions"] == "read", "a called workflow gets no more than its caller's job grants"
+    table = jobs["table"]
+    assert table["if"].startswith("always()") and set(table["needs"]) == {"pairs", "gate"}
+    download = next(s for s in table["steps"] if "download-artifact" in s.get("uses", ""))
+    assert download["with"]["pattern"] == "stable-abi-gate-*-report-${{ github.run_id }}"
+    called = load_workflow(REPO / "ci" / "release-gating.yml")["jobs"]["decide"]
+    assert any(
+        s.get("with", {}).get("name") == "stable-abi-gate-${{ inputs.candidate }}-report-${{ github.run_id }}"
+        for s in called["steps"]
+    ), "what the table downloads is what each decide job uploads"
+    runs = " ".join(step.get("run", "") for step in table["steps"])
+    assert "--replay-rows decisions" in runs and "replay.md" in runs
+    assert {"--pairs", "--replay-rows"} <= options_of(subcommands()["gate"])
 
 
 def test_ci_matrices_load() -> None:
@@ -314,8 +369,8 @@ CELL_JOBS: dict[tuple[str, str], Callable[[], list[str]] | None] = {
     ("nightly.yml", "run"): None,
     ("nightly.yml", "gpu"): lambda: whole_plan("ci/matrix-gpu.yaml"),
     ("nightly.yml", "mutate"): lambda: mutation_cells("matrix.yaml"),
-    ("release-gating.yml", "gate"): lambda: whole_plan("matrix.yaml"),
-    ("gate-replay.yml", "replay"): lambda: whole_plan("matrix.yaml"),  # its selection's cells: a subset
+    ("release-gating.yml", "build"): None,
+    ("release-gating.yml", "run"): None,
 }
 RUNS_CELLS = re.compile(r"torch_abi_harness (?:run|build)\b|nox -s (?:matrix|mutate|gate_replay)\b|-- gate\b")
 
@@ -333,14 +388,16 @@ def test_every_job_that_runs_cells_is_held_to_the_cpythons_it_needs() -> None:
 @pytest.mark.parametrize("matrix", ["matrix.yaml", "ci/matrix-full.yaml", "tests/graph/matrix.yaml"])
 def test_each_build_and_run_job_sets_up_the_cpythons_its_plan_names(matrix: str) -> None:
     """Hosted runners keep CPythons other than the one set up off PATH: a run job whose runtimes are on 3.10 sets
-    up 3.10 (the plan's `pythons` of its job matrix entry), and the harness's own 3.11 comes last (`python`)."""
-    jobs = load_workflow(REPO / "ci" / "nightly.yml")["jobs"]
+    up 3.10 (the plan's `pythons` of its job matrix entry), and the harness's own 3.11 comes last (`python`). The
+    release gate's graph (the same plan with a candidate) likewise."""
     plan = make_plan(load_matrix(REPO / matrix))
-    for job, entries in (("build", build_jobs(plan)), ("run", fan_out(plan, None, by="runtime"))):
-        for entry in entries["include"]:
-            listed = set_up_pythons(jobs[job], entry)
-            assert set(entry["pythons"]) <= set(listed), (job, entry, listed)
-            assert listed[-1] == "3.11", f"{job}: the harness's own interpreter is not the last: {listed}"
+    for workflow in ("nightly.yml", "release-gating.yml"):
+        jobs = load_workflow(REPO / "ci" / workflow)["jobs"]
+        for job, entries in (("build", build_jobs(plan)), ("run", fan_out(plan, None, by="runtime"))):
+            for entry in entries["include"]:
+                listed = set_up_pythons(jobs[job], entry)
+                assert set(entry["pythons"]) <= set(listed), (workflow, job, entry, listed)
+                assert listed[-1] == "3.11", f"{job}: the harness's own interpreter is not the last: {listed}"
     assert any(entry["pythons"] != ["3.11"] for entry in fan_out(plan, None, by="runtime")["include"]) or (
         matrix == "tests/graph/matrix.yaml"
     )
@@ -367,7 +424,7 @@ def test_no_job_downloads_a_cpython_it_did_not_set_up() -> None:
         for path in WORKFLOWS
         for name, job in load_workflow(path)["jobs"].items()
     }
-    for key in (("nightly.yml", "run"), ("release-gating.yml", "gate"), ("gate-replay.yml", "replay")):
+    for key in (("nightly.yml", "run"), ("release-gating.yml", "run"), ("release-gating.yml", "decide")):
         assert "--no-python-downloads" in runs[key], key
 
 

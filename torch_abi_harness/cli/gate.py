@@ -6,18 +6,19 @@ the arguments once, and what is printed."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from packaging.version import Version
 from rich.markup import escape
 
-from torch_abi_harness.cli.args import Command, existing_file
-from torch_abi_harness.cli.console import console
+from torch_abi_harness.cli.args import Command, existing_dir, existing_file
+from torch_abi_harness.cli.console import console, emit_json
 from torch_abi_harness.cli.run import ConsoleHooks, execute_options, executing_options, matrix_options, matrix_request
 from torch_abi_harness.cli.run_output import print_diff
-from torch_abi_harness.core.errors import ExitCode
+from torch_abi_harness.core.errors import BadInputError, ExitCode
 from torch_abi_harness.gate.candidate import Candidate
 from torch_abi_harness.gate.orchestrate import GateRequest, release_option, run_gate
-from torch_abi_harness.gate.replay import run_replay
+from torch_abi_harness.gate.replay import decide_from_run, replay_jobs, run_replay
 from torch_abi_harness.results.diff import RunDiff
 
 
@@ -30,12 +31,7 @@ def add_gate(command: Command) -> None:
     matrix_options(gate)
     executing_options(gate)
     gate.set_defaults(rerun_failed=None, shard=None, durations=None)
-    gate.add_argument(
-        "--previous",
-        default=None,
-        metavar="RELEASE",
-        help="the release abi-diff compares the candidate with (default: the matrix's newest runtime below it)",
-    )
+    _graph_options(gate)
     gate.add_argument(
         "--candidate-wheel",
         type=existing_file,
@@ -50,6 +46,30 @@ def add_gate(command: Command) -> None:
         help="what the candidate carries from earlier releases (header findings its previous release showed "
         "too, probe cells failing only for them) is a reason too; by default it is listed, not a reason",
     )
+    _replay_options(gate)
+    gate.set_defaults(handler=cmd_gate)
+
+
+def _graph_options(gate: argparse.ArgumentParser) -> None:
+    """The decide job of the gate's CI graph: its merged run and the build jobs' hand-offs."""
+    gate.add_argument(
+        "--from-run",
+        type=Path,
+        default=None,
+        metavar="RUN",
+        help="decide from RUN, the merged report of the gate's CI graph (its build and run jobs ran the gate's "
+        "plan: the same --matrix, --candidate, --previous and -k), running no cell; needs --prebuilt",
+    )
+    _directory(
+        gate,
+        "--prebuilt",
+        "the builds as the graph's build jobs handed them on (`build --out DIR`): with --from-run, what they call is "
+        "read from them; without, the matrix runs from them instead of building here",
+    )
+
+
+def _replay_options(gate: argparse.ArgumentParser) -> None:
+    """Every release of the matrix as the candidate: here, or as one graph per candidate (ci/gate-replay.yml)."""
     gate.add_argument(
         "--replay",
         action="store_true",
@@ -62,7 +82,23 @@ def add_gate(command: Command) -> None:
         metavar="RELEASE",
         help="the oldest release --replay takes as a candidate (default: 2.10.0)",
     )
-    gate.set_defaults(handler=cmd_gate)
+    gate.add_argument(
+        "--pairs",
+        action="store_true",
+        help="with --replay: print the job matrix of its (candidate, previous) pairs as JSON (ci/gate-replay.yml runs "
+        "one gate graph per pair) and run nothing",
+    )
+    _directory(
+        gate,
+        "--replay-rows",
+        "with --replay: the table from the rows the pairs' gate graphs left (each decide job's replay-row.json, one "
+        "folder each under DIR) instead of gating each release here; a pair without one is UNDECIDED",
+    )
+
+
+def _directory(gate: argparse.ArgumentParser, flag: str, text: str) -> None:
+    """An option naming a directory that must exist (a typo is a usage error, exit 2)."""
+    gate.add_argument(flag, type=existing_dir, default=None, metavar="DIR", help=text)
 
 
 def gate_request(args: argparse.Namespace) -> GateRequest:
@@ -77,6 +113,8 @@ def gate_request(args: argparse.Namespace) -> GateRequest:
         baseline=args.baseline,
         replay_from=release_option("--replay-from", args.replay_from) if args.replay else None,
         strict=args.strict,
+        from_run=args.from_run,
+        replay_rows=args.replay_rows,
     )
 
 
@@ -95,9 +133,15 @@ class GateConsole(ConsoleHooks):
 
 def cmd_gate(args: argparse.Namespace) -> int:
     request = gate_request(args)
+    if args.pairs:
+        if request.replay_from is None:
+            raise BadInputError("gate --pairs is the job matrix of a replay: add --replay")
+        emit_json(replay_jobs(request))
+        return int(ExitCode.OK)
     if request.replay_from is not None:
         return cmd_replay(request)
-    outcome = run_gate(request, GateConsole())
+    hooks = GateConsole()
+    outcome = decide_from_run(request, hooks) if request.from_run else run_gate(request, hooks)
     gate, run_dir = outcome.gate, outcome.run_dir
     console.print()
     console.print(escape(gate.markdown()), soft_wrap=True)

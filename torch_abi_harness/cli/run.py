@@ -35,7 +35,8 @@ from torch_abi_harness.config.defaults import ConfigKind, default_matrix_source
 from torch_abi_harness.core.errors import BadInputError, ExitCode
 from torch_abi_harness.core.files import writable_dir
 from torch_abi_harness.core.kinds import Backend, ExecutorKind
-from torch_abi_harness.gate.candidate import Candidate, cached_candidate_env, with_candidate
+from torch_abi_harness.gate.candidate import Candidate, cached_candidate_env
+from torch_abi_harness.gate.orchestrate import gate_matrix, release_option
 from torch_abi_harness.plan import MAX_SHARDS, Build, Plan, Runtime, Shard, make_plan
 from torch_abi_harness.provision.envs import EnvManager, EnvSpec, cache_dir_of, default_cache_dir
 from torch_abi_harness.provision.sources import resolve_sources
@@ -76,13 +77,7 @@ def matrix_options(p: argparse.ArgumentParser) -> None:
         metavar="RELEASE[:cuda]",
         help="a runtime besides the matrix's, e.g. a pre-release or a release candidate (repeatable)",
     )
-    p.add_argument(
-        "--candidate",
-        default=None,
-        metavar="RELEASE",
-        help="a release candidate on both axes: a runtime, and the build torch of every stable extension "
-        "at every target from its min_target to the candidate's level",
-    )
+    candidate_options(p)
     p.add_argument(
         "--extra-index-url",
         action="append",
@@ -134,6 +129,24 @@ def source_options(p: argparse.ArgumentParser) -> None:
         metavar="WHEEL",
         help="the project's built wheel (a path or a glob matching one file): tested instead of a build from "
         "its sources",
+    )
+
+
+def candidate_options(p: argparse.ArgumentParser) -> None:
+    """A release candidate on both axes, and the release it is compared with: the gate's plan."""
+    p.add_argument(
+        "--candidate",
+        default=None,
+        metavar="RELEASE",
+        help="a release candidate on both axes: a runtime, and the build torch of every stable extension "
+        "at every target from its min_target to the candidate's level (the gate's plan: its graph's jobs pass it)",
+    )
+    p.add_argument(
+        "--previous",
+        default=None,
+        metavar="RELEASE",
+        help="with --candidate: the release it is compared with, the only other one a published wheel runs on "
+        "(default: the matrix's newest runtime below the candidate)",
     )
 
 
@@ -288,7 +301,7 @@ def add_run(command: Command) -> None:
         action="store_true",
         help="results.json's document on stdout when the run ends (the progress and the grid go to stderr)",
     )
-    run.set_defaults(handler=cmd_run)
+    run.set_defaults(handler=cmd_run, make_candidate_env=True)
 
 
 def add_plan(command: Command) -> None:
@@ -333,7 +346,9 @@ def add_build(command: Command) -> None:
     build.add_argument(
         "-j", "--jobs", type=positive_int, default=os.cpu_count() or 1, help="builds at once (default: cores)"
     )
-    build.set_defaults(handler=cmd_build, rerun_failed=None, shard=None, durations=None, by="cells")
+    build.set_defaults(
+        handler=cmd_build, rerun_failed=None, shard=None, durations=None, by="cells", make_candidate_env=True
+    )
 
 
 def matrix_request(args: argparse.Namespace) -> MatrixRequest:
@@ -356,14 +371,18 @@ def matrix_request(args: argparse.Namespace) -> MatrixRequest:
 
 def load_matrix_with_overrides(args: argparse.Namespace) -> Matrix:
     """The matrix as a command runs it: overrides applied, published wheels resolved (downloaded once into the
-    cache), the candidate's probe added (from its env when one is made: `gate` makes it first)."""
+    cache); with --candidate, the gate's matrix (its probe from the candidate's env when one is made: `gate`
+    makes it first)."""
     cache = cache_dir_of(getattr(args, "cache_dir", None))
     matrix = load_plain_matrix(matrix_request(args), cache)
     if not args.candidate:
+        if args.previous:
+            raise BadInputError("--previous RELEASE is the release a --candidate is compared with: add --candidate")
         return matrix
     candidate = Candidate.parse(args.candidate)
-    env = cached_candidate_env(matrix, candidate, cache)
-    return with_candidate(matrix, candidate, cache / "header-probes", env)
+    previous = release_option("--previous", args.previous) if args.previous else None
+    env = cached_candidate_env(matrix, candidate, cache, make=getattr(args, "make_candidate_env", False))
+    return gate_matrix(matrix, candidate, previous, cache, env)
 
 
 def durations_of(args: argparse.Namespace) -> dict[str, float] | None:

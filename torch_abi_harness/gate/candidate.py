@@ -191,7 +191,7 @@ def add_header_probe(matrix: Matrix, release: Version, probes: Path, env: Env | 
     if found is None:
         log.warning(
             "torch %s: no header probe in this run: its headers were never preprocessed by this harness and its "
-            "env is not made yet (`gate` makes it first; a later run finds it)",
+            "env is not made yet (`gate`, `build` and `run` make it; `plan` finds one made earlier)",
             release,
         )
         return matrix
@@ -247,11 +247,14 @@ def ensure_candidate_env(matrix: Matrix, candidate: Candidate, cache_dir: Path) 
         envs.release()
 
 
-def cached_candidate_env(matrix: Matrix, candidate: Candidate, cache_dir: Path) -> Env | None:
-    """`run --candidate`: the candidate's env where the probe needs it (a release whose headers the packaged data
-    lacks) and an earlier `gate` made it; else None."""
+def cached_candidate_env(matrix: Matrix, candidate: Candidate, cache_dir: Path, *, make: bool = False) -> Env | None:
+    """`plan`, `build` and `run` with --candidate: the candidate's env where the probe needs it (a release whose
+    headers the packaged data lacks), when an earlier `gate` made it, or made now (make: `build` and `run`, so that
+    each job of the gate's graph plans with the probe the decide job's `gate` adds); else None."""
     if str(candidate) in packaged_visibility():
         return None
+    if make:
+        return ensure_candidate_env(matrix, candidate, cache_dir)
     return _envs(matrix, cache_dir).cached(EnvSpec(candidate.version, "auto", matrix.python))
 
 

@@ -27,6 +27,7 @@ from torch_abi_harness.gate.candidate import Candidate, ensure_candidate_env, ol
 from torch_abi_harness.gate.decide import Gate, ReleaseEvidence, decide, previous_release
 from torch_abi_harness.gate.ecosystem import on_both
 from torch_abi_harness.gate.evidence import OpEvidence, header_claims, is_probe, op_evidence
+from torch_abi_harness.gate.merged import read_executed
 from torch_abi_harness.plan import Plan, make_plan
 from torch_abi_harness.provision.envs import Env, cache_dir_of
 from torch_abi_harness.results.diff import RunDiff, compare, load_run
@@ -70,8 +71,17 @@ class GateRequest:
     baseline: Path | None = None
     replay_from: Version | None = None  # `gate --replay`: every release of the matrix from this one on
     strict: bool = False  # --strict: what the candidate carries from earlier releases is a reason too
+    from_run: Path | None = None  # `gate --from-run`: the merged run of the gate's graph, decided on, no cell run
+    replay_rows: Path | None = None  # `gate --replay --replay-rows`: the rows the replay's graphs left, tabulated
 
     def __post_init__(self) -> None:
+        if self.from_run is not None and (self.replay_from is not None or self.execute.prebuilt is None):
+            raise BadInputError(
+                "gate --from-run decides one candidate from its graph's merged run: it needs --prebuilt BUILT (the "
+                "build jobs' hand-offs: what the builds call) and takes no --replay (each candidate has its own graph)"
+            )
+        if self.replay_rows is not None and self.replay_from is None:
+            raise BadInputError("gate --replay-rows tabulates a replay's graphs: add --replay")
         if self.replay_from is not None:
             if self.candidate or self.previous or self.candidate_wheel or self.baseline:
                 raise BadInputError(
@@ -140,6 +150,7 @@ def gate_on(request: GateRequest, plain: Matrix, baseline: RunResult | None, hoo
     """abi-diff, the header audit, the matrix (with the header probe) on both axes, the op schema diff, the
     baseline diff: the decision, written as gate.md and gate.json beside the run's report."""
     prepared = prepare(request, plain)
+    merged = merged_run(request, prepared.plan, hooks)  # --from-run: read and checked before any work
     candidate, previous = prepared.candidate, prepared.previous
     timings: dict[str, float] = {}
     started = time.monotonic()
@@ -154,7 +165,7 @@ def gate_on(request: GateRequest, plain: Matrix, baseline: RunResult | None, hoo
         hooks.step("headers", audit.cuda.note())
     timings["header_audit"] = time.monotonic() - started
     started = time.monotonic()
-    executed = execute_plan(prepared.plan, request.execute, hooks, html=False)  # report.html: last, once
+    executed = merged or execute_plan(prepared.plan, request.execute, hooks, html=False)  # report.html: last, once
     timings["matrix_run"] = time.monotonic() - started
     timings |= probe_timings(executed, prepared.plan)
     try:
@@ -190,10 +201,31 @@ def prepare(request: GateRequest, plain: Matrix) -> _Prepared:
         request.candidate_wheel, plain.sources.find_links, manifest.releases, variants
     )
     env = ensure_candidate_env(plain, candidate, request.cache_dir)
-    matrix = with_candidate(plain, candidate, request.cache_dir / "header-probes", env)
-    matrix = on_both(matrix, (previous, candidate.version))  # a published wheel: on these two releases only
+    matrix = gate_matrix(plain, candidate, previous, request.cache_dir, env)
     plan = make_plan(matrix, request.select, request.matrix.backend)
     return _Prepared(candidate, previous, env, plan, plain, manifest)
+
+
+def gate_matrix(
+    plain: Matrix, candidate: Candidate, previous: Version | None, cache_dir: Path, env: Env | None
+) -> Matrix:
+    """The gate's matrix, one rule for `gate` and for the jobs of its CI graph (`plan`, `build`, `run` with
+    --candidate and --previous): the candidate on both axes with its header probe (headers from env when the
+    packaged data lacks them), each published wheel on the previous release and the candidate only (previous
+    None: the matrix's newest runtime below the candidate)."""
+    previous = previous or previous_release(candidate, [r.torch for r in plain.runtimes])
+    matrix = with_candidate(plain, candidate, cache_dir / "header-probes", env)
+    return on_both(matrix, (previous, candidate.version))  # a published wheel: on these two releases only
+
+
+def merged_run(request: GateRequest, plan: Plan, hooks: GateHooks) -> Executed | None:
+    """--from-run: the matrix with the candidate on both axes as the gate's CI graph ran it (its merged run, which
+    must be this very plan, and what its builds call); None: the gate runs the matrix here."""
+    if request.from_run is None:
+        return None
+    assert request.execute.prebuilt is not None  # GateRequest: --from-run comes with --prebuilt
+    hooks.step("matrix", f"the graph's merged run {request.from_run}, its builds from {request.execute.prebuilt}")
+    return read_executed(plan, request.from_run, request.execute.prebuilt)
 
 
 def header_audits(prepared: _Prepared, oldest: ApiLevel) -> tuple[GuardAudit, tuple[GuardAudit, ...]]:
