@@ -456,7 +456,7 @@ UPLOAD_V7 = re.compile(r"actions/upload-artifact@([0-9a-f]{40}) # v(\d+)\.\d+\.\
     [
         ("nightly.yml", "merge", "merged/latest/report.html"),
         ("nightly.yml", "gpu", "reports/latest/report.html"),
-        ("release-gating.yml", "gate", "reports/latest/report.html"),
+        ("release-gating.yml", "decide", "merged/report.html"),
     ],
 )
 def test_report_html_is_uploaded_unzipped_so_that_it_opens_in_the_browser(workflow: str, job: str, page: str) -> None:
