@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from graph_runner import Runner
-from test_nightly_graph import DISK_GB, REPO, graph_root, harness, print_figures, seed
+from test_nightly_graph import DISK_GB, REPO, harness, print_figures, seed
 
 WORKFLOW = REPO / "ci" / "release-gating.yml"
 MATRIX = "tests/graph/gate-matrix.yaml"
@@ -33,7 +33,6 @@ INPUTS = {
     "baseline_run_id": "",
     "matrix": MATRIX,
 }
-__all__ = ["graph_root"]  # the nightly test's fixture: a root for the loop mounts, cleaned up after
 
 
 def seed_gate(key: str, matrix: Mapping[str, Any], path: Path) -> None:
