@@ -2,6 +2,7 @@ import time
 from pathlib import Path
 
 import pytest
+from shared_run import SharedRun, shared_run
 from tiers import tier_lines, tier_times
 
 REPO = Path(__file__).resolve().parents[1]
@@ -22,3 +23,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     terminalreporter.write_sep("=", "time by tier (setup + call + teardown, summed over workers)")
     for line in tier_lines(tiers, time.monotonic() - STARTED):
         terminalreporter.write_line(line)
+
+
+@pytest.fixture(scope="session")
+def default_run(tmp_path_factory: pytest.TempPathFactory) -> SharedRun:
+    """matrix.yaml run once for the whole session (every xdist worker reads the same run: tests/shared_run.py)."""
+    return shared_run(tmp_path_factory, REPO / "matrix.yaml")
