@@ -1,7 +1,7 @@
 """Each tier's share of a test session's time, printed at its end: the tier that grows shows at once.
 
-A test's tier is `docker` when it carries that marker (it needs an engine, whichever folder holds it), else the
-top folder under tests/ (unit, integration, faults, browser, bootstrap, graph). Its time is setup + call +
+A test's tier is the top folder under tests/ (unit, integration, faults, browser, bootstrap, graph), except that
+an integration or fault test marked `docker` (it needs an engine) is in the `docker` tier. Its time is setup + call +
 teardown as pytest measured them; under xdist the tiers' sums add up to more than the wall time, by about the
 number of workers.
 """
@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 DOCKER = "docker"
+DOCKER_SPLIT = ("integration", "faults")  # their docker tests are a tier apart; bootstrap's all need docker
 
 
 @dataclass
@@ -23,10 +24,9 @@ class Tier:
 
 def tier_of(nodeid: str, keywords: Any) -> str:
     """The tier of a test, from its node id (tests/<tier>/...) and its markers."""
-    if DOCKER in keywords:
-        return DOCKER
     parts = nodeid.split("::", 1)[0].split("/")
-    return parts[1] if len(parts) > 2 and parts[0] == "tests" else parts[0]
+    folder = parts[1] if len(parts) > 2 and parts[0] == "tests" else parts[0]
+    return DOCKER if DOCKER in keywords and folder in DOCKER_SPLIT else folder
 
 
 def tier_times(reports: list[Any]) -> dict[str, Tier]:

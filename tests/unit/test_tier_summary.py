@@ -23,11 +23,12 @@ class Report:
     keywords: dict[str, int]
 
 
-def test_a_test_is_in_its_folders_tier_unless_it_needs_docker() -> None:
+def test_a_test_is_in_its_folders_tier_unless_an_integration_or_fault_test_needs_docker() -> None:
     assert tier_of("tests/unit/test_x.py::test_a", {}) == "unit"
     assert tier_of("tests/faults/test_x.py::test_a[p]", {"faults": 1}) == "faults"
     assert tier_of("tests/integration/test_x.py::test_a", {"docker": 1, "integration": 1}) == "docker"
     assert tier_of("tests/faults/test_x.py::test_a", {"docker": 1}) == "docker"
+    assert tier_of("tests/bootstrap/test_x.py::test_a", {"docker": 1}) == "bootstrap"  # every one of them needs it
 
 
 def test_each_tier_sums_setup_call_and_teardown_of_its_tests() -> None:
