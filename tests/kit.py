@@ -168,6 +168,18 @@ def processes_mentioning(marker: str) -> list[str]:
     return found
 
 
+def processes_left(*markers: str, grace: float = 5.0) -> list[str]:
+    """What processes_mentioning() finds for any of markers once a run has ended: polled until none is left, at
+    most grace seconds. A process the run killed can take a moment to go (its exit, its parent reaping it) on a
+    busy machine; one left behind is there still after the grace (a fixed sleep raced the first and hid nothing)."""
+    deadline = time.monotonic() + grace
+    while True:
+        left = [p for marker in markers for p in processes_mentioning(marker)]
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.1)
+
+
 def _argv(pid: int | str) -> list[bytes]:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")

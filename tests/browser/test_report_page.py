@@ -2,8 +2,8 @@
 and a 2,000-cell page that is interactive in under a second.
 
 The real report is HARNESS_BROWSER_REPORT when set (.ci/run points it at the default matrix's report from
-its main job, so the screenshot lands in that report), else a small real run made here: the sample
-extensions at three rungs on three releases (torch envs are shared with the integration tier's cache).
+its main job, so the screenshot lands in that report), else the session's one run of matrix.yaml (the
+`default_run` fixture, tests/shared_run.py), which the integration tier reads too.
 """
 
 import json
@@ -15,43 +15,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kit import harness
 from playwright.sync_api import Page, expect
+from shared_run import SharedRun
 from synthetic import synthetic_run
 
 from torch_abi_harness.render.text import VERDICT_SYMBOL
 from torch_abi_harness.verdict import Verdict
 
-REPO = Path(__file__).resolve().parents[2]
-SMALL_MATRIX = f"""\
-schema_version: 1
-python: "3.11"
-extensions:
-  - path: {REPO / "extensions" / "stable_basic"}
-  - path: {REPO / "extensions" / "cp_specific"}
-runtimes:
-  - torch: [2.13.0, 2.14.1, 2.15.0]
-builds:
-  - {{extension: stable_basic, torch: 2.13.0, target: "2.10"}}
-  - {{extension: stable_basic, torch: 2.15.0, target: "2.14"}}
-  - {{extension: stable_basic, torch: 2.15.0}}
-  - {{extension: cp_specific, torch: 2.15.0, target: "2.9"}}
-"""
 READY_BUDGET_MS = 1000.0
 
 
 @pytest.fixture(scope="module")
-def report_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def report_dir(request: pytest.FixtureRequest) -> Path:
     given = os.environ.get("HARNESS_BROWSER_REPORT")
     if given:
         folder = Path(given).resolve()
         assert (folder / "report.html").is_file(), f"HARNESS_BROWSER_REPORT={given}: no report.html there"
         return folder
-    work = tmp_path_factory.mktemp("browser-run")
-    (work / "matrix.yaml").write_text(SMALL_MATRIX)
-    done = harness("run", "--matrix", work / "matrix.yaml", "--reports-dir", work / "reports", cwd=work)
-    assert done.returncode == 0, done.stdout
-    return (work / "reports" / "latest").resolve()
+    run: SharedRun = request.getfixturevalue("default_run")  # only when no report is given: it may run matrix.yaml
+    assert run.returncode == 0, run.stdout
+    return run.latest
 
 
 def results(folder: Path) -> dict[str, Any]:
@@ -84,6 +67,14 @@ def open_report(page: Page, folder: Path, fragment: str = "") -> float:
     return float(page.evaluate("Number(document.body.dataset.ready)"))
 
 
+def expect_rows_shown(page: Page, shown: set[str], builds: dict[str, str]) -> None:
+    """Wait until exactly the rows of `shown` (of every build in `builds`) are visible: a filter's effect."""
+    for build in builds:
+        header = page.locator("th", has_text=re.compile(f"^{re.escape(build)}$"))  # exact: ids prefix each other
+        row = page.locator("#grid tbody tr", has=header)
+        (expect(row).to_be_visible if build in shown else expect(row).to_be_hidden)()
+
+
 def test_the_grid_shows_every_cell_in_its_place_with_its_verdict(page: Page, report_dir: Path) -> None:
     open_report(page, report_dir)
     expected = {c["id"]: c for c in results(report_dir)["cells"]}
@@ -96,7 +87,7 @@ def test_the_grid_shows_every_cell_in_its_place_with_its_verdict(page: Page, rep
         assert cell["text"].startswith(VERDICT_SYMBOL[verdict]), cell  # a symbol, never colour alone
         assert cell["row"] == want["build"]["id"] and cell["visible"], cell
         assert cell["release"] == want["runtime"]["torch"].split("+")[0], cell
-    assert page.locator("#result").inner_text().startswith("Result: ")
+    expect(page.locator("#result")).to_have_text(re.compile(r"^\s*Result: "))
     page.screenshot(path=str(report_dir / "report.png"), full_page=True)
 
 
@@ -107,25 +98,29 @@ def test_filters_hide_the_other_rows_and_columns(page: Page, report_dir: Path) -
     extension = sorted(set(builds.values()))[0]
     assert len(set(builds.values())) > 1, "the report needs two extensions to show a filter hiding rows"
     page.select_option("#f-extension", extension)
-    for build, owner in builds.items():
-        row = page.locator("#grid tbody tr", has=page.locator("th", has_text=build)).first
-        # expect() waits for the state (a filter applies on the change event); is_visible() would not
-        (expect(row).to_be_visible if owner == extension else expect(row).to_be_hidden)()
+    # expect() waits for the state (a filter applies on the change event); is_visible() would not
+    expect_rows_shown(page, {build for build, owner in builds.items() if owner == extension}, builds)
     page.select_option("#f-extension", "")
+    expect_rows_shown(page, set(builds), builds)
     verdict = "expected_failure"
     with_verdict = {c["build"]["id"] for c in data["cells"] if c["verdict"] == verdict}
     assert with_verdict and with_verdict != set(builds)
     page.select_option("#f-verdict", verdict)
+    expect_rows_shown(page, with_verdict, builds)
     visible_rows = page.evaluate(
         "Array.from(document.querySelectorAll('#grid tbody tr')).filter(r => r.getClientRects().length)"
         ".map(r => r.cells[0].textContent)"
     )
     assert set(visible_rows) == with_verdict
     page.select_option("#f-verdict", "")
+    expect_rows_shown(page, set(builds), builds)
     runtime = data["cells"][0]["runtime"]["id"]
     option = page.locator("#f-runtime option", has_text=runtime).first.get_attribute("value")
     assert option is not None
     page.select_option("#f-runtime", option)
+    other = next(c["id"] for c in data["cells"] if c["runtime"]["id"] != runtime)
+    expect(page.locator(f'#grid td.cell[title^="{other}: "]')).to_be_hidden()  # the filter has applied
+    expect(page.locator(f'#grid td.cell[title^="{data["cells"][0]["id"]}: "]')).to_be_visible()
     assert {c["id"].split("~")[1] for c in grid_cells(page) if c["visible"]} == {runtime}
 
 
@@ -139,13 +134,15 @@ def test_clicking_a_cell_shows_its_missing_symbol_and_how_to_reproduce_it(page: 
     details = page.locator("#details")
     expect(details).to_be_visible()
     expect(details.locator("#d-title")).to_have_text(re.compile(re.escape(cell["id"]) + "$"))
-    assert details.locator('dd[data-field="loader names"]').inner_text() == cell["missing_symbol"]
-    table = details.locator("table.missing").inner_text()
+    field = lambda name: details.locator(f'dd[data-field="{name}"]')  # noqa: E731
+    expect(field("loader names")).to_have_text(cell["missing_symbol"], use_inner_text=True)
+    table = details.locator("table.missing")
     for missing in cell["prediction"]["missing"]:
-        assert missing["name"] in table and (missing["introduced"] or "no release known") in table
-    assert details.locator('dd[data-field="status"]').inner_text() == cell["status"]
-    assert cell["expected_why"] in details.locator('dd[data-field="promise"]').inner_text()
-    assert f"-k '{cell['id']}'" in details.locator('dd[data-field="reproduce"]').inner_text()
+        expect(table).to_contain_text(missing["name"], use_inner_text=True)
+        expect(table).to_contain_text(missing["introduced"] or "no release known", use_inner_text=True)
+    expect(field("status")).to_have_text(cell["status"], use_inner_text=True)
+    expect(field("promise")).to_contain_text(cell["expected_why"], use_inner_text=True)
+    expect(field("reproduce")).to_contain_text(f"-k '{cell['id']}'", use_inner_text=True)
     page.screenshot(path=str(report_dir / "report-details.png"))
     page.click("#details-close")
     expect(details).to_be_hidden()
@@ -162,7 +159,7 @@ def test_a_2000_cell_report_is_interactive_in_under_a_second(page: Page, tmp_pat
     # The best of three loads: the page's own cost, not another test's load on a shared machine.
     ready = min(open_report(page, tmp_path) for _ in range(3))
     assert ready < READY_BUDGET_MS, f"ready after {ready:.0f} ms"
-    assert page.locator("#grid td.cell").count() == 2000
+    expect(page.locator("#grid td.cell")).to_have_count(2000)
     broken = run.cells[[c.verdict for c in run.cells].index(Verdict.BROKEN)]
     page.click(f'#grid td.cell[title^="{broken.id}: "]')
     expect(page.locator('dd[data-field="verdict"]')).to_have_text("broken")
@@ -183,12 +180,11 @@ def test_what_broke_is_above_the_grid_and_each_entry_opens_its_cell(page: Page, 
     assert above is not None and below is not None and above["y"] + above["height"] <= below["y"]
     links = broke.locator("a[data-i]")
     worst = [c for c in run.cells if c.verdict is Verdict.BROKEN]
-    assert links.count() == sum(c.verdict in (Verdict.BROKEN, Verdict.FLAKY, Verdict.ERROR) for c in run.cells)
-    assert links.first.inner_text().startswith(VERDICT_SYMBOL[Verdict.BROKEN])  # broken first
+    expect(links).to_have_count(sum(c.verdict in (Verdict.BROKEN, Verdict.FLAKY, Verdict.ERROR) for c in run.cells))
+    expect(links.first).to_have_text(re.compile("^" + re.escape(VERDICT_SYMBOL[Verdict.BROKEN])))  # broken first
     expect(page.locator("#details")).to_be_hidden()
     clicked = links.nth(len(worst)).inner_text().split(" ", 1)[1]  # the first after the broken ones
     links.nth(len(worst)).click()
     expect(page.locator("#details")).to_be_visible()  # waits for the state: a check right after a click raced
     expect(page.locator("#d-title")).to_have_text(re.compile(re.escape(clicked) + "$"))
-    variant = page.locator('dd[data-field="runtime"]').inner_text()
-    assert "variant cu130" in variant, variant
+    expect(page.locator('dd[data-field="runtime"]')).to_contain_text("variant cu130", use_inner_text=True)

@@ -18,6 +18,7 @@ compiling per probe) and deleting it after (as long again on a busy disk). A pro
 its env without damaging it uses `copied_env`: a copy of that env with files of its own.
 """
 
+import fcntl
 import json
 import os
 import shutil
@@ -30,7 +31,6 @@ from packaging.version import Version
 
 from torch_abi_harness.config import DEFAULT_PYTHON, Sources
 from torch_abi_harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
-from torch_abi_harness.provision.locks import locked
 from torch_abi_harness.provision.sources import resolve_sources
 
 HERE = Path(__file__).parent
@@ -110,6 +110,10 @@ def copied_env(workspace: Workspace, shared_env: Path) -> Path:
     it reaches the shared env or uv's cache). Its first run hashes its files once (their stamps moved)."""
     target = workspace.cache / "envs" / shared_env.name
     target.parent.mkdir(parents=True)
-    with locked(shared_env.with_name(f"{shared_env.name}.lock")):  # not repaired by a run while copied
+    # Its use lock held shared, as a run using the env holds it: no run repairs the env while it is copied (a
+    # repair takes that lock exclusively), and the runs of other tests that use it go on (its make lock, held
+    # for the copy's minute on a busy disk, stopped every run needing torch 2.13.0).
+    with open(shared_env.with_name(f"{shared_env.name}.use"), "a+") as use:
+        fcntl.flock(use, fcntl.LOCK_SH)
         shutil.copytree(shared_env, target, symlinks=True)
     return target

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from kit import observed, processes_mentioning
+from kit import observed, processes_left, processes_mentioning
 
 
 def _wait_for_compiler(proc_marker: str, timeout: float = 120) -> None:
@@ -29,8 +29,7 @@ def test_B7_ctrl_c_while_the_compiler_runs_is_not_cached_as_a_build_failure(work
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 3, out
     assert "interrupted" in out
-    time.sleep(0.5)
-    left = processes_mentioning(str(workspace.cache))
+    left = processes_left(str(workspace.cache))
     assert left == [], "the interrupted run left processes behind"
 
     again = workspace.run()

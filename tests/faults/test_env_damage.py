@@ -1,27 +1,39 @@
 """Probes D1, D4, E7 and E8, after the fact: an env damaged between two runs is named, rebuilt
 from an intact uv cache, and its cell passes again.
 
-Each probe breaks the env that the first run made, the way a lost file, a disk fault or a test
+Each probe breaks the env that the first run used, the way a lost file, a disk fault or a test
 suite would. Env files are hardlinks into uv's cache, so damage written in place reaches uv's
 cache too: every probe uses a private uv cache (`private_uv_cache`), which is also what lets the
 second run clean the damaged distribution out of it without touching anyone else's. That cache is
 this module's: its probes run one after another in one process (any xdist mode), each leaves it
 as intact as the env it proves against RECORD, and filling it (unpacking torch) is paid once, not
 per probe.
+
+The env the first run uses is a hardlinked copy (`cp -al`, seconds) of one env made once from that cache
+(`intact_env`), not one made per probe (uv, bytecode, hashing: 30 to 60 s): its files are hardlinks of uv's cache
+as a made env's are, so damage written in place reaches that cache as it would. The rebuild is each probe's
+subject and stays whole: the second run removes the env, cleans uv's cache where the damage reached it, and
+makes the env again. Damage written in place reaches the module's intact env too; the probe's rebuilt env,
+proven against RECORD, then takes its place.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 from kit import harness, observed
+from packaging.version import Version
 
+from torch_abi_harness.config import DEFAULT_PYTHON, Sources
 from torch_abi_harness.provision import integrity
+from torch_abi_harness.provision.envs import EnvManager, EnvSpec
+from torch_abi_harness.provision.sources import resolve_sources
 
 if TYPE_CHECKING:
     from kit import Workspace
@@ -36,6 +48,20 @@ def module_uv_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)  # about 1 GB of unpacked wheels
 
 
+@pytest.fixture(scope="module")
+def intact_env(tmp_path_factory: pytest.TempPathFactory, module_uv_cache: Path) -> Iterator[list[Path]]:
+    """[the path of] a torch 2.13.0 env made once from the module's uv cache; a probe that damages it in place
+    replaces it with its own rebuilt env."""
+    root = tmp_path_factory.mktemp("env-damage-intact")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("UV_CACHE_DIR", str(module_uv_cache))
+        manager = EnvManager(root, resolve_sources(Sources()))
+        made = manager.ensure(EnvSpec(Version("2.13.0"), "auto", DEFAULT_PYTHON)).path
+        manager.release()
+    yield [made]
+    shutil.rmtree(root, ignore_errors=True)
+
+
 @pytest.fixture
 def private_uv_cache(workspace: Workspace, module_uv_cache: Path) -> Path:
     """uv's cache for this module's probes alone (conftest's is one per test)."""
@@ -43,9 +69,30 @@ def private_uv_cache(workspace: Workspace, module_uv_cache: Path) -> Path:
     return module_uv_cache
 
 
+@pytest.fixture
+def linked_intact_env(workspace: Workspace, private_uv_cache: Path, intact_env: list[Path]) -> Iterator[Path]:
+    """In the workspace's cache, a hardlinked copy of the module's intact env (its files hardlinks of uv's cache)."""
+    (intact,) = intact_env
+    copy = workspace.cache / "envs" / intact.name
+    copy.parent.mkdir(parents=True)
+    subprocess.run(["cp", "-al", intact, copy], check=True)
+    yield copy
+    if integrity.take(site_packages_of(intact))[0]:  # written in place through a shared inode
+        replacement = intact.with_name(f"{intact.name}.next")
+        subprocess.run(["cp", "-al", copy, replacement], check=True)  # the probe proved it against RECORD
+        assert integrity.take(site_packages_of(replacement))[0] == [], "the probe left no intact env to reuse"
+        shutil.rmtree(intact)
+        replacement.rename(intact)
+
+
 def site_packages(workspace: Workspace) -> Path:
     # Not workspace.env_dir(): its glob also matches the env's lock file beside it.
     (site,) = (workspace.cache / "envs").glob("torch-2.13.0-*/lib/python*/site-packages")
+    return site
+
+
+def site_packages_of(env: Path) -> Path:
+    (site,) = env.glob("lib/python*/site-packages")
     return site
 
 
@@ -84,7 +131,7 @@ def keep_size_and_mtime_rewrite(path: Path, data: bytes) -> None:
     assert (after.st_size, after.st_mtime_ns, after.st_ino) == (before.st_size, before.st_mtime_ns, before.st_ino)
 
 
-@pytest.mark.usefixtures("private_uv_cache")
+@pytest.mark.usefixtures("linked_intact_env")
 def test_D1_a_deleted_libtorch_cpu_is_named_and_the_env_rebuilt(
     workspace: Workspace, catalogue: Callable[..., None]
 ) -> None:
@@ -97,7 +144,7 @@ def test_D1_a_deleted_libtorch_cpu_is_named_and_the_env_rebuilt(
     assert "from uv's cache" not in output
 
 
-@pytest.mark.usefixtures("private_uv_cache")
+@pytest.mark.usefixtures("linked_intact_env")
 def test_D4_libtorch_cpu_zeroed_in_place_keeping_size_and_mtime_is_named_and_the_env_rebuilt(
     workspace: Workspace,
     catalogue: Callable[..., None],
@@ -118,7 +165,7 @@ def test_D4_libtorch_cpu_zeroed_in_place_keeping_size_and_mtime_is_named_and_the
     assert (site_packages(workspace) / LIBTORCH).stat().st_ino not in zeroed
 
 
-@pytest.mark.usefixtures("private_uv_cache")
+@pytest.mark.usefixtures("linked_intact_env")
 def test_E7_torch_init_replaced_by_a_test_suite_is_named_and_the_env_rebuilt(
     workspace: Workspace, catalogue: Callable[..., None]
 ) -> None:
@@ -132,7 +179,7 @@ def test_E7_torch_init_replaced_by_a_test_suite_is_named_and_the_env_rebuilt(
     assert "removing torch from uv's cache" in output
 
 
-@pytest.mark.usefixtures("private_uv_cache")
+@pytest.mark.usefixtures("linked_intact_env")
 def test_E8_a_pth_file_dropped_into_site_packages_is_named_and_the_env_rebuilt(
     workspace: Workspace, catalogue: Callable[..., None]
 ) -> None:
@@ -157,7 +204,7 @@ def test_an_env_made_before_fingerprints_is_proven_against_RECORD_and_reused_not
     assert integrity.load(fingerprint) is not None
 
 
-@pytest.mark.usefixtures("private_uv_cache")
+@pytest.mark.usefixtures("linked_intact_env")
 def test_D2_a_build_against_a_damaged_env_is_not_a_build_failure(
     workspace: Workspace, catalogue: Callable[..., None]
 ) -> None:
@@ -181,7 +228,7 @@ def test_D2_a_build_against_a_damaged_env_is_not_a_build_failure(
     assert workspace.only_cell()["status"] == "PASS"
 
 
-@pytest.mark.usefixtures("private_uv_cache")
+@pytest.mark.usefixtures("linked_intact_env")
 def test_D3_a_truncated_torch_library_is_named_and_the_env_rebuilt(
     workspace: Workspace, catalogue: Callable[..., None]
 ) -> None:

@@ -9,7 +9,7 @@ import signal
 import time
 
 import pytest
-from kit import processes_mentioning, wait_for
+from kit import processes_left, processes_mentioning, wait_for
 
 SLEEPS = """
 import signal
@@ -40,8 +40,7 @@ def _interrupted_twice(workspace, first: signal.Signals, then: signal.Signals, e
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, then)
     out, _ = proc.communicate(timeout=60)
-    time.sleep(0.5)
-    return proc.returncode, out, processes_mentioning(str(workspace.reports))
+    return proc.returncode, out, processes_left(str(workspace.reports))
 
 
 @pytest.mark.usefixtures("shared_cache")

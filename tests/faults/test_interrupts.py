@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from kit import processes_mentioning, start_harness, wait_for
+from kit import processes_left, processes_mentioning, start_harness, wait_for
 
 from torch_abi_harness.mutate.catalogue import load_catalogue
 
@@ -70,8 +70,7 @@ def test_an_interrupt_during_env_creation_stops_uv_at_once_and_leaves_nothing(
         time.sleep(0.2)
     out, _ = proc.communicate(timeout=60)
     stopped = time.monotonic() - started
-    time.sleep(0.5)
-    left = processes_mentioning(str(private_uv_cache)) + processes_mentioning(str(workspace.cache))
+    left = processes_left(str(private_uv_cache), str(workspace.cache))
     names = " then ".join(s.name for s in signals)
     catalogue(
         "B4" if len(signals) == 1 else "B5",

@@ -13,7 +13,7 @@ import signal
 import time
 
 import pytest
-from kit import observed, processes_mentioning
+from kit import observed, processes_left
 
 from torch_abi_harness.provision import integrity
 
@@ -134,9 +134,7 @@ def test_B8_cells_die_with_a_killed_harness(workspace, catalogue) -> None:
     os.kill(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=30)
     started = time.monotonic()
-    while time.monotonic() - started < 10 and processes_mentioning(str(workspace.root)):
-        time.sleep(0.1)
-    left = processes_mentioning(str(workspace.root))
+    left = processes_left(str(workspace.root), grace=10)
     catalogue(
         "B8",
         "SIGKILL of the harness while a cell runs",
@@ -174,8 +172,7 @@ def test_E1_E3_a_detached_child_dies_with_its_cell_and_a_flood_of_output_is_capp
     workspace.add_extension("noisy", DETACHES_AND_FLOODS.replace('os.environ["MARKER"]', repr(marker)))
     workspace.write_matrix("  - extension: noisy\n    torch: 2.13.0\n    target: '2.10'\n")
     result = workspace.run()
-    time.sleep(0.5)
-    left = processes_mentioning(marker)
+    left = processes_left(marker)
     cell = workspace.only_cell()
     log = (workspace.reports / "latest" / cell["logs"]["stdout"]).read_bytes()
     catalogue(

@@ -4,6 +4,7 @@ from pathlib import Path
 from typing import Any
 
 from kit import cells_by_id, harness, latest_results
+from shared_run import SharedRun
 
 from torch_abi_harness.config.matrix import load_matrix
 from torch_abi_harness.plan import make_plan
@@ -19,11 +20,13 @@ NEGATIVE_CONTROL_SYMBOL = {
 }
 
 
-def test_default_matrix_keeps_every_promise_then_reuses_everything(repo: Path, tmp_path: Path) -> None:
-    first = harness("run", "--matrix", repo / "matrix.yaml", "--reports-dir", tmp_path / "reports", cwd=tmp_path)
+def test_default_matrix_keeps_every_promise_then_reuses_everything(
+    repo: Path, tmp_path: Path, default_run: SharedRun
+) -> None:
+    first = default_run  # the session's one run of matrix.yaml (tests/shared_run.py)
     assert first.returncode == 0, first.stdout
     assert "145 cells selected" in first.stdout
-    results = latest_results(tmp_path / "reports")
+    results = latest_results(first.reports)
     cells = cells_by_id(results)
     plan = make_plan(load_matrix(repo / "matrix.yaml"))
     assert set(cells) == {c.id for c in plan.cells}
@@ -91,7 +94,7 @@ def test_default_matrix_keeps_every_promise_then_reuses_everything(repo: Path, t
     }
 
     second = harness(
-        "run", "--matrix", repo / "matrix.yaml", "--reports-dir", tmp_path / "reports", "-k", "r2.10.0", cwd=tmp_path
+        "run", "--matrix", repo / "matrix.yaml", "--reports-dir", tmp_path / "again", "-k", "r2.10.0", cwd=tmp_path
     )
     assert second.returncode == 0, second.stdout
     assert "created" not in second.stdout and second.stdout.count("(cached)") == 13, second.stdout
