@@ -13,7 +13,8 @@ from rich.markup import escape
 
 from torch_abi_harness.cli.args import Command, existing_dir, existing_file
 from torch_abi_harness.cli.console import console, emit_json
-from torch_abi_harness.cli.run import ConsoleHooks, execute_options, executing_options, matrix_options, matrix_request
+from torch_abi_harness.cli.run import ConsoleHooks, execute_options, matrix_request
+from torch_abi_harness.cli.run_options import executing_options, matrix_options
 from torch_abi_harness.cli.run_output import print_diff
 from torch_abi_harness.core.errors import BadInputError, ExitCode
 from torch_abi_harness.gate.candidate import Candidate
