@@ -100,7 +100,7 @@ def test_a_requirement_from_an_https_index_whose_ca_pip_cert_names(
     started = time.monotonic()
     result = harness("check", "x==1.0", "--index-url", url, cwd=tmp_path, env=user_env(tmp_path, PIP_CERT=str(cert)))
     catalogue(
-        "S1",
+        "X1",
         "check REQUIREMENT --index-url of an HTTPS index signed by a private CA named by PIP_CERT",
         "the wheel resolved, downloaded and checked: exit 0",
         f"{observed(result)} in {time.monotonic() - started:.1f} s",
@@ -116,7 +116,7 @@ def test_an_https_index_whose_ca_is_not_trusted_is_refused_saying_what_to_name(
     url, _ = https_index
     result = harness("check", "x==1.0", "--index-url", url, cwd=tmp_path, env=user_env(tmp_path))
     catalogue(
-        "S2",
+        "X2",
         "check REQUIREMENT --index-url of an HTTPS index whose CA nothing names",
         "exit 3: the certificate is not trusted, and which variables name a CA bundle",
         observed(result),
@@ -135,7 +135,7 @@ def test_a_ca_bundle_that_is_not_there_is_bad_input_naming_the_variable(
     env = user_env(tmp_path, REQUESTS_CA_BUNDLE=str(tmp_path / "gone.pem"))
     result = harness("check", "x==1.0", "--index-url", url, cwd=tmp_path, env=env)
     catalogue(
-        "S3",
+        "X3",
         "REQUESTS_CA_BUNDLE names a file that is not there",
         "exit 2 naming the variable and the path",
         observed(result),
@@ -157,7 +157,7 @@ def test_find_links_serves_a_local_wheel_and_a_source_given_with_a_file_is_refus
     argv = ["check", "x==1.0", "--find-links", str(links), "--index-url", empty.as_uri()]
     result = harness(*argv, cwd=tmp_path, env=env)
     catalogue(
-        "S4", "check REQUIREMENT --find-links DIR holding the wheel", "resolved from DIR: exit 0", observed(result)
+        "X4", "check REQUIREMENT --find-links DIR holding the wheel", "resolved from DIR: exit 0", observed(result)
     )
     assert result.returncode == 0, result.stdout
     assert f"x==1.0: {WHEEL} from {wheel.as_uri()}" in result.stdout
