@@ -68,9 +68,5 @@ def default_matrix(cwd: Path) -> Path:
     """The matrix a command runs without --matrix: cwd's matrix.yaml when there is one, else the packaged default.
     Neither there: cwd's matrix.yaml still, so that reading it says the file is missing and where."""
     here = cwd / DEFAULT_MATRIX
-    if here.is_file():
-        return here
-    samples = packaged_samples()
-    if samples is None:
-        return here
-    return samples / DEFAULT_MATRIX
+    samples = None if here.is_file() else packaged_samples()
+    return here if samples is None else samples / DEFAULT_MATRIX
