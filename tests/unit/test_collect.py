@@ -184,3 +184,53 @@ def test_the_probe_record_is_typed_and_a_field_of_the_wrong_type_reads_as_absent
     assert (record.load_ok, record.load_s, record.import_torch_s, record.torch_version) == (True, 0.25, 2, "2.13.0+cpu")
     (tmp_path / "probe.json").write_text("[1, 2]")
     assert ProbeRecord.read(tmp_path / "probe.json") is None
+
+
+def test_the_test_running_is_the_last_whole_line_the_probe_appended(tmp_path: Path) -> None:
+    """The probe writes its record once when the tests begin (naming the first) and appends each test's node id
+    to probe.json.tests; a cell killed in a test is named by that file's last whole line, never by a line it was
+    cut short in, and by the record where the file is missing."""
+    (tmp_path / "probe.json").write_text(json.dumps({"phase": "tests", "current_test": "test_x.py::test_first"}))
+    outcome = classify(cell(tmp_path, None, None, None, timed_out=True), 7)
+    assert outcome.reason == "no result after 7 s, killed in test test_x.py::test_first"
+    (tmp_path / "probe.json.tests").write_bytes(b"test_x.py::test_first\ntest_x.py::test_hangs\ntest_x.py::test_ne")
+    outcome = classify(cell(tmp_path, None, None, None, timed_out=True), 7)
+    assert outcome.reason == "no result after 7 s, killed in test test_x.py::test_hangs"
+    finished = {"phase": "finished", "load_ok": True, "exitstatus": 0}
+    (tmp_path / "probe.json").write_text(json.dumps(finished))
+    record = ProbeRecord.read(tmp_path / "probe.json")
+    assert record is not None and record.current_test is None  # the tests are over: no test is running
+    (tmp_path / "probe.json.tests").unlink()
+    (tmp_path / "probe.json.tests").symlink_to("/etc/passwd")  # a cell's planted link is not followed
+    (tmp_path / "probe.json").write_text(json.dumps({"phase": "tests", "current_test": "test_x.py::test_first"}))
+    record = ProbeRecord.read(tmp_path / "probe.json")
+    assert record is not None and record.current_test == "test_x.py::test_first"
+
+
+def test_the_probes_list_of_started_tests_stays_small_and_always_ends_with_the_newest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real probe plugin's hook, called as pytest calls it: the record is written once, when the first test
+    starts; past TESTS_KEPT bytes the list is replaced by a file holding only the newest line."""
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[2] / "torch_abi_harness" / "execute" / "cellprobe"))
+    import harness_cellprobe as probe
+
+    monkeypatch.setenv("HARNESS_PROBE_FILE", str(tmp_path / "probe.json"))
+    monkeypatch.setattr(probe, "_record", {"phase": "collect"})
+    monkeypatch.setattr(probe, "_tests", {"fd": None, "size": 0})
+    monkeypatch.setattr(probe, "TESTS_KEPT", 200)
+    writes = []
+    real_write = probe._write
+    monkeypatch.setattr(probe, "_write", lambda: (writes.append(1), real_write()))
+    try:
+        for n in range(40):
+            probe.pytest_runtest_logstart(f"test_x.py::test_{n}", None)
+            listed = (tmp_path / "probe.json.tests").read_bytes()
+            assert listed.endswith(f"test_x.py::test_{n}\n".encode()) and len(listed) <= 200
+    finally:
+        os.close(probe._tests["fd"])
+    assert json.loads((tmp_path / "probe.json").read_text())["current_test"] == "test_x.py::test_0"
+    assert len(writes) == 1  # the record once; each test after it one line
+    record = ProbeRecord.read(tmp_path / "probe.json")
+    assert record is not None and record.current_test == "test_x.py::test_39"
+    assert not (tmp_path / "probe.json.tests.tmp").exists()
