@@ -4,6 +4,7 @@ and test counts, cells that see the environment a fresh process gets, and no ser
 import json
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -49,6 +50,17 @@ def test_the_cell_environment_and_its_own_directory():
     assert torch.get_num_threads() == int(os.environ["OMP_NUM_THREADS"])
 
 
+def test_a_forked_cell_runs_the_rewrite_its_server_made_of_this_module():
+    server = sys.modules.get("harness_forkserver")  # only a forked cell has one
+    if server is not None:
+        assert str(Path(__file__)) in server.REWRITES.table
+        assert server.REWRITES.table[str(Path(__file__))][1].co_filename == __file__
+
+
+def test_pid_1_of_its_own_namespace_leads_its_group():
+    assert os.getpgrp() != os.getpid()  # pytest is the init's child, in the group the init leads
+
+
 def test_signals_as_python_starts_them():
     import signal
 
@@ -88,8 +100,11 @@ def test_forked_cells_end_as_fresh_ones_do(workspace: Path) -> None:
     cells = cells_by_id(latest_results(workspace / "forked"))
     fresh_cells = cells_by_id(latest_results(workspace / "fresh"))
     sees = cells["sees@b2.13.0~r2.13.0-cpu"]
-    assert (sees["status"], sees["tests"]["passed"]) == ("PASS", 4), sees["reason"]
+    assert (sees["status"], sees["tests"]["passed"]) == ("PASS", 6), sees["reason"]
     assert cells["crashes@b2.13.0~r2.13.0-cpu"]["reason"] == "killed by SIGSEGV in test test_crashes.py::test_segfault"
+    for report in (workspace / "forked" / "latest", workspace / "fresh" / "latest"):  # asserts rewritten in both
+        failed = (report / "cells" / "fails@b2.13.0~r2.13.0-cpu" / "stdout.log").read_text()
+        assert "assert 41 == 42" in failed and "where 41 = " in failed, failed
     run_dir = workspace / "forked" / "latest"
     for cell_id, cell in cells.items():
         command = (run_dir / "cells" / cell_id / "command.txt").read_text()
@@ -126,6 +141,7 @@ def test_a_server_that_dies_under_a_cell_makes_it_error(workspace: Path) -> None
 # runtime's cell starts; both assert that the server's heap reached them frozen (what pytest's collections skip).
 AHEAD = """
 import gc
+import os
 import time
 
 import torch
@@ -137,10 +153,47 @@ def test_the_servers_heap_is_frozen():
 
 
 def test_the_first_runtime_takes_its_time():
-    if torch.__version__.startswith("2.12."):
-        time.sleep(12)
+    if torch.__version__.startswith("2.12."):  # held until the test outside sees the next server ready
+        deadline = time.monotonic() + 300
+        while not os.path.exists("go") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert os.path.exists("go")
     assert ops.answer() == 41
 """
+
+
+def _executable(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+    except OSError:
+        return b""
+
+
+def _serving(pid: int) -> bool:
+    """The server has imported everything and waits for a cell: its only thread is blocked in epoll_wait."""
+    try:
+        return Path(f"/proc/{pid}/wchan").read_text() == "do_epoll_wait"
+    except OSError:
+        return False
+
+
+def _hold_until_the_next_server_serves(proc: subprocess.Popen[str], reports: Path) -> None:
+    """Let the first cell (2.12.1) end only once the 2.13.0 server, started ahead while it runs, is ready: on a
+    machine loaded enough, its `import torch` outlasts any fixed hold, and the test would race it."""
+    deadline = time.monotonic() + 600
+    go = None
+    while time.monotonic() < deadline and proc.poll() is None:
+        holding = list(reports.glob("*/cells/ahead@b2.13.0-t2.10~r2.12.1-cpu/probe.json"))
+        if holding and '"phase": "tests"' in holding[0].read_text():
+            go = holding[0].with_name("go")
+            servers = forkservers(str(reports))
+            ready = [pid for pid in servers if b"/torch-2.13.0-" in _executable(pid) and _serving(pid)]
+            if ready:
+                go.write_text("")
+                return
+        time.sleep(0.1)
+    proc.kill()
+    raise AssertionError(f"the next server never served while the first cell held ({go}):\n{proc.communicate()[0]}")
 
 
 def test_the_next_runtimes_server_starts_while_this_ones_cells_run(tmp_path: Path) -> None:
@@ -149,12 +202,14 @@ def test_the_next_runtimes_server_starts_while_this_ones_cells_run(tmp_path: Pat
         "schema_version: 1\nruntimes:\n  - torch: 2.12.1\n  - torch: 2.13.0\n"
         "builds:\n  - extension: ahead\n    torch: 2.13.0\n    target: '2.10'\n"
     )
-    run = harness("run", "-j", "1", "--reports-dir", "reports", cwd=tmp_path)
-    assert run.returncode == 0, run.stdout
+    proc = start_harness("run", "-j", "1", "--reports-dir", "reports", cwd=tmp_path)
+    _hold_until_the_next_server_serves(proc, tmp_path / "reports")
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out
     cells = cells_by_id(latest_results(tmp_path / "reports"))
     first, second = cells["ahead@b2.13.0-t2.10~r2.12.1-cpu"], cells["ahead@b2.13.0-t2.10~r2.13.0-cpu"]
     assert (first["tests"]["passed"], second["tests"]["passed"]) == (2, 2), (first["reason"], second["reason"])
-    assert first["executor"] == second["executor"] == "forkserver", run.stdout  # a server outlived its starter
+    assert first["executor"] == second["executor"] == "forkserver", out  # a server outlived its starter
     # The first cell waited for its server's `import torch`; the second found its server ready, started ahead.
     assert first["durations"]["startup"] > 1.0, first["durations"]
     assert second["durations"]["startup"] < first["durations"]["startup"] / 2, (first["durations"], second["durations"])

@@ -7,9 +7,9 @@ dir first on `sys.path`, the cell environment applied before anything of the ext
 imported, and the same world (`harness_cellworld`: mount, PID, network, IPC and UTS namespaces
 made by the child itself, its own /proc, the whole filesystem read-only but its own directory and a
 private /dev/shm, a minimal /dev, its cgroup, uid nobody, no core dumps, capabilities dropped). The
-harness holds the host pid of the forked child that made the namespaces (it leads the cell's process
-group; the init and pytest below it stay in that group): it times the cell through a pidfd on it and
-kills the group, and the init's death ends the whole PID namespace. The
+harness holds the host pid of the forked child, PID 1 of the cell's PID namespace (it leads the cell's
+process group; pytest below it stays in that group): it times the cell through a pidfd on it and kills
+the group, and its death ends the whole PID namespace. The
 server never imports an extension. What it cannot give, it does not pretend to: a `device: cuda`
 runtime keeps fresh processes (CUDA must not be initialised before a fork), and a runtime whose
 server does not start runs its cells fresh, said once in the log. A server that dies under a
