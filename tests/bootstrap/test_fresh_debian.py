@@ -30,30 +30,21 @@ STOCK_ENV = {  # what a fresh root login has: none of this host's PIP_*/UV_* set
     "TERM": "dumb",
     "LANG": "C.UTF-8",
 }
-# A root with CPython alone: no compiler, no binutils (no c++filt, no readelf), as in a python:*-slim image.
-SLIM = ("python3", "python3-venv", "ca-certificates")
 
 
-def debootstrap(factory: pytest.TempPathFactory, name: str, include: tuple[str, ...] = ()) -> tuple[Path, Any]:
-    """debootstrap of a Debian 12 minbase root (with `include`'s packages, if any) started in the background: the
-    root and its process. Both of this module's roots are started at once, so their downloads overlap."""
+@contextlib.contextmanager
+def stock_root(factory: pytest.TempPathFactory, name: str, include: tuple[str, ...] = ()) -> Iterator[Path]:
+    """A Debian 12 minbase root (with `include`'s packages, if any), this checkout cloned into /src, this machine's
+    network needs (its proxy's CA, its resolver) and /proc, /sys, /dev bound in; unmounted and removed after."""
     if os.geteuid() != 0 or shutil.which("debootstrap") is None:
         pytest.fail(
             "this test makes a Debian root filesystem: it needs root and debootstrap (apt-get install debootstrap)"
         )
     root = factory.mktemp(name) / "root"
     extra = [f"--include={','.join(include)}"] if include else []
-    command = ["debootstrap", "--variant=minbase", *extra, "bookworm", str(root), MIRROR]
-    return root, subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-@contextlib.contextmanager
-def stock_root(root: Path, bootstrapping: Any) -> Iterator[Path]:
-    """A root debootstrap made (waited for here), this checkout cloned into /src, this machine's network needs (its
-    proxy's CA, its resolver) and /proc, /sys, /dev bound in; unmounted and removed after."""
-    said, _ = bootstrapping.communicate(timeout=1800)
-    if bootstrapping.returncode != 0:
-        pytest.fail(f"debootstrap of {root} failed (exit {bootstrapping.returncode}):\n{said[-3000:]}")
+    subprocess.run(
+        ["debootstrap", "--variant=minbase", *extra, "bookworm", root, MIRROR], check=True, capture_output=True
+    )
     subprocess.run(["git", "clone", "--quiet", REPO, root / "src"], check=True)
     for script in ("bootstrap.sh", "dockerd.sh"):  # the working tree's, committed or not
         shutil.copy(REPO / "ci" / script, root / "src" / "ci" / script)
@@ -77,23 +68,8 @@ def stock_root(root: Path, bootstrapping: Any) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="module")
-def bootstraps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[Path, Any]]]:
-    """Both roots this module uses, their debootstraps started together: the stock one and the python-only one."""
-    started = {
-        "debian12": debootstrap(tmp_path_factory, "debian12"),
-        "slim": debootstrap(tmp_path_factory, "slim", SLIM),
-    }
-    yield started
-    for root, proc in started.values():
-        if proc.returncode is None:  # never waited for (its test deselected): stopped, and its root (never mounted
-            proc.kill()  # into) removed
-            proc.communicate()
-            shutil.rmtree(root, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def debian(bootstraps: dict[str, tuple[Path, Any]]) -> Iterator[Path]:
-    with stock_root(*bootstraps["debian12"]) as root:
+def debian(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    with stock_root(tmp_path_factory, "debian12") as root:
         yield root
 
 
@@ -182,8 +158,12 @@ def test_the_main_jobs_build_is_skipped_naming_python3_dev_when_pythons_headers_
         chroot(debian, "apt-get install -y -qq python3-dev")
 
 
+# A root with CPython alone: no compiler, no binutils (no c++filt, no readelf), as in a python:*-slim image.
+SLIM = ("python3", "python3-venv", "ca-certificates")
+
+
 def test_check_on_a_python_only_root_gives_the_answers_it_gives_here(
-    bootstraps: dict[str, tuple[Path, Any]], tmp_path: Path
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
 ) -> None:
     """`check` needs no external tool: on a root with CPython alone it answers for a classic (unstable C++) wheel
     and a stable one exactly as on this machine, where c++filt and readelf are on PATH."""
@@ -197,7 +177,7 @@ def test_check_on_a_python_only_root_gives_the_answers_it_gives_here(
     assert {w.name.split("-")[0] for w in wheels} == {"classic_ops", "stable_basic"}, wheels
     here = {w.name: check_json([sys.executable, "-m", "torch_abi_harness"], w) for w in wheels}
     assert shutil.which("c++filt"), "this machine's answers are meant to be the ones with binutils"
-    with stock_root(*bootstraps["slim"]) as root:
+    with stock_root(tmp_path_factory, "slim", SLIM) as root:
         tools = chroot(root, "command -v g++ cc c++filt readelf nm objdump || true").stdout.split()
         assert tools == [], f"not a python-only root: {tools}"
         for wheel in wheels:
