@@ -48,6 +48,28 @@ def start_harness(
     )
 
 
+def harness_at_once(
+    *runs: tuple[str | Path, ...], cwd: Path, timeout: float = 3000
+) -> list[subprocess.CompletedProcess[str]]:
+    """Several harness runs started together and waited for, in order: what `harness` gives for each, in the wall
+    time of the slowest. For independent runs a test compares (two backends, two executors): their builds are
+    content-addressed and locked in the shared cache, so one makes a build while the other waits for it."""
+    procs = [
+        ([sys.executable, "-m", "torch_abi_harness", *map(str, args)], start_harness(*args, cwd=cwd)) for args in runs
+    ]
+    done = []
+    try:
+        for argv, proc in procs:
+            out, _ = proc.communicate(timeout=timeout)
+            done.append(subprocess.CompletedProcess(argv, proc.returncode, out))
+    finally:
+        for _, proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    return done
+
+
 def latest_results(reports: Path) -> dict[str, Any]:
     data: dict[str, Any] = json.loads((reports / "latest" / "results.json").read_text())
     return data

@@ -11,7 +11,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kit import cells_by_id, harness, harness_containers, latest_results, make_extension, start_harness
+from kit import (
+    cells_by_id,
+    harness,
+    harness_at_once,
+    harness_containers,
+    latest_results,
+    make_extension,
+    start_harness,
+)
 
 pytestmark = pytest.mark.docker
 
@@ -151,8 +159,10 @@ def statuses(reports: Path) -> dict[str, str]:
 def test_same_cells_and_statuses_as_the_venv_backend_and_nothing_left_running(
     workspace: Path, docker_host: str
 ) -> None:
-    docker = harness("run", "--backend", "docker", "--reports-dir", "docker", cwd=workspace)
-    venv = harness("run", "--reports-dir", "venv", cwd=workspace)
+    # Both backends for real, at once (each cell's 15 s hang and its container starts overlap the other's cells).
+    docker, venv = harness_at_once(
+        ("run", "--backend", "docker", "--reports-dir", "docker"), ("run", "--reports-dir", "venv"), cwd=workspace
+    )
     assert not (workspace / "planted-by-the-extension").exists()  # no host write followed a planted link
     assert docker.returncode == 1, docker.stdout  # `fails` breaks its promise, in both backends
     assert venv.returncode == 1, venv.stdout

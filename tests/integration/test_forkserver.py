@@ -13,6 +13,7 @@ from kit import (
     cells_by_id,
     forkservers,
     harness,
+    harness_at_once,
     latest_results,
     make_extension,
     processes_mentioning,
@@ -90,8 +91,11 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_forked_cells_end_as_fresh_ones_do(workspace: Path) -> None:
-    fresh = harness("run", "--executor", "fresh", "--timeout", "20", "--reports-dir", "fresh", cwd=workspace)
-    forked = harness("run", "--timeout", "20", "--reports-dir", "forked", cwd=workspace)
+    fresh, forked = harness_at_once(  # at once: each has a cell that hangs to its 20 s timeout
+        ("run", "--executor", "fresh", "--timeout", "20", "--reports-dir", "fresh"),
+        ("run", "--timeout", "20", "--reports-dir", "forked"),
+        cwd=workspace,
+    )
     assert fresh.returncode == forked.returncode == 1, forked.stdout  # crashes/hangs/fails break promises
     assert "forkserver processes" in forked.stdout and "fresh processes" in fresh.stdout
     same = harness("diff", "fresh/latest", "forked/latest", "--fail-on-change", cwd=workspace)

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kit import cells_by_id, harness, latest_results, make_extension
+from kit import cells_by_id, harness, harness_at_once, latest_results, make_extension
 
 REPO = Path(__file__).resolve().parents[2]
 PLANTED = """
@@ -25,13 +25,20 @@ def test_answer_on_this_release():
 
 
 def gate(work: Path, *args: str) -> tuple[int, dict[str, Any], str]:
-    done = harness(
-        "gate", "--matrix", work / "matrix.yaml", "--reports-dir", work / "reports", "--candidate", "2.15.0",
-        "--previous", "2.14.1", *args, cwd=work,
-    )  # fmt: skip
-    run_dir = (work / "reports" / "latest").resolve()
-    assert (run_dir / "gate.md").is_file(), done.stdout
-    return done.returncode, json.loads((run_dir / "gate.json").read_text()), done.stdout
+    (decided,) = gates([work], *args)
+    return decided
+
+
+def gates(works: list[Path], *args: str) -> list[tuple[int, dict[str, Any], str]]:
+    """The gate on each work directory's matrix.yaml (its report in work/reports), the gates run at once."""
+    common = ("--candidate", "2.15.0", "--previous", "2.14.1", *args)
+    runs = [("gate", "--matrix", work / "matrix.yaml", "--reports-dir", work / "reports", *common) for work in works]
+    decided = []
+    for work, done in zip(works, harness_at_once(*runs, cwd=works[0]), strict=True):
+        run_dir = (work / "reports" / "latest").resolve()
+        assert (run_dir / "gate.md").is_file(), done.stdout
+        decided.append((done.returncode, json.loads((run_dir / "gate.json").read_text()), done.stdout))
+    return decided
 
 
 def test_a_released_version_as_the_candidate_is_go_with_the_evidence(tmp_path: Path) -> None:
@@ -70,23 +77,11 @@ def test_a_released_version_as_the_candidate_is_go_with_the_evidence(tmp_path: P
 
 
 def test_a_planted_break_is_no_go_until_acknowledged_and_again_when_that_expires(tmp_path: Path) -> None:
-    make_extension(tmp_path / "extensions", "planted", PLANTED)
+    extension = make_extension(tmp_path / "extensions", "planted", PLANTED)
     matrix = (
-        "schema_version: 1\nruntimes:\n  - torch: [2.13.0, 2.14.1]\n"
+        f"schema_version: 1\nextensions:\n  - path: {extension}\nruntimes:\n  - torch: [2.13.0, 2.14.1]\n"
         'builds:\n  - {extension: planted, torch: 2.13.0, target: "2.10"}\n'
     )
-    (tmp_path / "matrix.yaml").write_text(matrix)
-    only = ["-k", "planted@b2.13.0"]  # the old build; the candidate's own builds of it are the other test's subject
-    code, decision, out = gate(tmp_path, *only)
-    assert code == 1, out
-    assert decision["decision"] == "NO-GO"
-    (reason,) = decision["reasons"]
-    assert reason["title"] == "1 broken promise(s) in the matrix with the candidate on both axes"
-    (line,) = reason["evidence"]
-    assert line.startswith("planted@b2.13.0-t2.10~r2.15.0-cpu: TEST_FAILED")
-    assert "backward: built on 2.13.0, run on the candidate" in line
-    assert "failing tests test_planted::test_answer_on_this_release" in line
-    assert "NO-GO" in out and "exit 1" in out
 
     def acknowledged(expires: str) -> str:
         return matrix + (
@@ -97,28 +92,46 @@ def test_a_planted_break_is_no_go_until_acknowledged_and_again_when_that_expires
             "  - {name: typo, cells: 'r9.9.9', reason: r, link: l, expires: 2099-01-01}\n"
         )
 
-    (tmp_path / "matrix.yaml").write_text(acknowledged("2099-12-31"))
-    code, decision, out = gate(tmp_path, *only)
+    # The same matrix three ways (no entry, the entry, the entry expired): three gates at once, each in its own
+    # directory, on the one build they share.
+    works = {"plain": matrix, "accepted": acknowledged("2099-12-31"), "expired": acknowledged("2000-01-01")}
+    for name, text in works.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "matrix.yaml").write_text(text)
+    only = ["-k", "planted@b2.13.0"]  # the old build; the candidate's own builds of it are the other test's subject
+    plain, accepted, expired = gates([tmp_path / name for name in works], *only)
+
+    code, decision, out = plain
+    assert code == 1, out
+    assert decision["decision"] == "NO-GO"
+    (reason,) = decision["reasons"]
+    assert reason["title"] == "1 broken promise(s) in the matrix with the candidate on both axes"
+    (line,) = reason["evidence"]
+    assert line.startswith("planted@b2.13.0-t2.10~r2.15.0-cpu: TEST_FAILED")
+    assert "backward: built on 2.13.0, run on the candidate" in line
+    assert "failing tests test_planted::test_answer_on_this_release" in line
+    assert "NO-GO" in out and "exit 1" in out
+
+    code, decision, out = accepted
     assert code == 0, out
     assert decision["decision"] == "GO" and decision["reasons"] == []
     (known,) = decision["known_breaks"]
     assert known.startswith("planted-2.15 (accepted, expires 2099-12-31)")
     assert [w.split(" ")[:2] for w in decision["warnings"]] == [["was-broken", "(fixed,"], ["typo", "(unmatched,"]]
-    results = latest_results(tmp_path / "reports")
+    results = latest_results(tmp_path / "accepted" / "reports")
     cell = cells_by_id(results)["planted@b2.13.0-t2.10~r2.15.0-cpu"]
     assert (cell["verdict"], cell["known_break"]) == ("known_break", "planted-2.15")
-    own = json.loads((tmp_path / "reports" / "latest" / "cells" / cell["id"] / "result.json").read_text())
+    own = json.loads((tmp_path / "accepted" / "reports" / "latest" / "cells" / cell["id"] / "result.json").read_text())
     assert (own["verdict"], own["known_break"]) == ("known_break", "planted-2.15")  # the cell's file agrees
     assert {k["name"]: k["state"] for k in results["known_breaks"]} == {
         "planted-2.15": "accepted",
         "was-broken": "fixed",
         "typo": "unmatched",
     }
-    summary = (tmp_path / "reports" / "latest" / "summary.md").read_text()
+    summary = (tmp_path / "accepted" / "reports" / "latest" / "summary.md").read_text()
     assert "## Known breaks" in summary and "remove the entry" in summary
 
-    (tmp_path / "matrix.yaml").write_text(acknowledged("2000-01-01"))
-    code, decision, out = gate(tmp_path, *only)
+    code, decision, out = expired
     assert code == 1, out
     (reason,) = decision["reasons"]
     assert reason["title"].startswith("known break planted-2.15 expired on 2000-01-01: 1 cell(s) broken again")

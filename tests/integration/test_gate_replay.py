@@ -12,11 +12,12 @@ them, and says GO; `--strict` makes them reasons.
 """
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import jsonschema
-from kit import harness
+from kit import harness, harness_at_once
 from packaging.version import Version
 
 from torch_abi_harness.config import DEFAULT_PYTHON
@@ -78,14 +79,18 @@ def test_2_13_0_carries_seven_declarations_from_2_10_0_go_and_no_go_under_strict
         "builds:\n  - {extension: stable_basic, torch: 2.9.1}\n"
     )
 
-    def gate(*more: str) -> tuple[int, dict[str, Any], str]:
-        done = harness(
+    def gate(reports: str, *more: str) -> tuple[str | Path, ...]:
+        return (
             "gate", "--candidate", "2.13.0", "--previous", "2.12.1", "--matrix", tmp_path / "matrix.yaml",
-            "--reports-dir", tmp_path / "reports", "-k", "header_probe@b2.13.0-t2.9~r2.9.1", *more, cwd=tmp_path,
+            "--reports-dir", tmp_path / reports, "-k", "header_probe@b2.13.0-t2.9~r2.9.1", *more,
         )  # fmt: skip
-        return done.returncode, json.loads((tmp_path / "reports" / "latest" / "gate.json").read_text()), done.stdout
 
-    code, gate_json, out = gate()
+    def decided(reports: str, done: subprocess.CompletedProcess[str]) -> tuple[int, dict[str, Any], str]:
+        return done.returncode, json.loads((tmp_path / reports / "latest" / "gate.json").read_text()), done.stdout
+
+    # The same gate without and with --strict, at once (reports of their own): the one decision, twice told.
+    plain, strict = harness_at_once(gate("reports"), gate("strict", "--strict"), cwd=tmp_path)
+    code, gate_json, out = decided("reports", plain)
     assert code == 0, out
     jsonschema.validate(gate_json, load_schema("gate"))
     assert (gate_json["decision"], gate_json["reasons"], gate_json["strict"]) == ("GO", [], False)
@@ -99,7 +104,7 @@ def test_2_13_0_carries_seven_declarations_from_2_10_0_go_and_no_go_under_strict
     assert "## Operators removed or changed incompatibly (127; 0 called by the matrix's builds)" in text
     assert "- aten::all (2 overloads: .dimname, .dimname_out): overload removed" in text
 
-    code, gate_json, out = gate("--strict")
+    code, gate_json, out = decided("strict", strict)
     assert code == 1, out
     titles = [r["title"] for r in gate_json["reasons"]]
     assert [t.split(" ")[0] for t in titles] == ["strict:", "strict:"], titles

@@ -12,8 +12,12 @@ import sys
 from pathlib import Path
 
 from kit import cells_by_id, harness, latest_results, make_extension
+from packaging.version import Version
 
+from torch_abi_harness.config import DEFAULT_PYTHON, Sources
 from torch_abi_harness.core.schema import validator
+from torch_abi_harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
+from torch_abi_harness.provision.sources import resolve_sources
 
 CPP = """\
 #include <torch/csrc/stable/library.h>
@@ -47,7 +51,19 @@ def test_audit_guards_claim_is_a_real_broken_promise(tmp_path: Path) -> None:
         "schema_version: 1\nruntimes:\n  - torch: 2.9.1\n  - torch: 2.10.0\n"
         "builds:\n  - {extension: latent, torch: 2.15.0, target: '2.9'}\n"
     )
-    proc = harness("run", "--reports-dir", "reports", cwd=tmp_path)  # also makes the 2.15.0 env the probes use
+    # audit-guards probes 2.15.0's headers in that release's env if it is made (it never makes one): made first
+    # (seconds when cached), then audit-guards runs beside the run.
+    envs = EnvManager(default_cache_dir(), resolve_sources(Sources()))
+    envs.ensure(EnvSpec(Version("2.15.0"), "auto", DEFAULT_PYTHON))
+    envs.release()
+    audit_run = subprocess.Popen(
+        [sys.executable, "-m", "torch_abi_harness", "audit-guards", "2.15.0", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    proc = harness("run", "--reports-dir", "reports", cwd=tmp_path)
+    audit_out, audit_err = audit_run.communicate(timeout=3000)  # waited for before any assertion can leave it
     assert proc.returncode == 1, proc.stdout
     cells = cells_by_id(latest_results(tmp_path / "reports"))
     old = cells["latent@b2.15.0-t2.9~r2.9.1-cpu"]
@@ -66,14 +82,8 @@ def test_audit_guards_claim_is_a_real_broken_promise(tmp_path: Path) -> None:
     new = cells["latent@b2.15.0-t2.9~r2.10.0-cpu"]
     assert (new["status"], new["verdict"]) == ("PASS", "kept")
 
-    audit = subprocess.run(
-        [sys.executable, "-m", "torch_abi_harness", "audit-guards", "2.15.0", "--json"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert audit.returncode == 1, audit.stdout + audit.stderr
-    report = json.loads(audit.stdout)
+    assert audit_run.returncode == 1, audit_out + audit_err
+    report = json.loads(audit_out)
     assert report["probed"] is True
     validator("audit-guards").validate(report)  # the probed output, against a real torch env's headers
     claims = {b["name"]: b for b in report["latent_breaks"]}
