@@ -102,6 +102,7 @@ def damage_between_runs(
     """Run, damage the env, run again: the second run names the damage (damage() says how), rebuilds the env, passes."""
     first = workspace.run()
     assert first.returncode == 0, first.stdout
+    assert ": built (cached)" in first.stdout, first.stdout  # `cached_build`'s copy, not a compile
     named = damage(site_packages(workspace))
     second = workspace.run()
     record(
@@ -131,7 +132,7 @@ def keep_size_and_mtime_rewrite(path: Path, data: bytes) -> None:
     assert (after.st_size, after.st_mtime_ns, after.st_ino) == (before.st_size, before.st_mtime_ns, before.st_ino)
 
 
-@pytest.mark.usefixtures("linked_intact_env")
+@pytest.mark.usefixtures("linked_intact_env", "cached_build")
 def test_D1_a_deleted_libtorch_cpu_is_named_and_the_env_rebuilt(
     workspace: Workspace, catalogue: Callable[..., None]
 ) -> None:
@@ -144,7 +145,7 @@ def test_D1_a_deleted_libtorch_cpu_is_named_and_the_env_rebuilt(
     assert "from uv's cache" not in output
 
 
-@pytest.mark.usefixtures("linked_intact_env")
+@pytest.mark.usefixtures("linked_intact_env", "cached_build")
 def test_D4_libtorch_cpu_zeroed_in_place_keeping_size_and_mtime_is_named_and_the_env_rebuilt(
     workspace: Workspace,
     catalogue: Callable[..., None],
@@ -165,7 +166,7 @@ def test_D4_libtorch_cpu_zeroed_in_place_keeping_size_and_mtime_is_named_and_the
     assert (site_packages(workspace) / LIBTORCH).stat().st_ino not in zeroed
 
 
-@pytest.mark.usefixtures("linked_intact_env")
+@pytest.mark.usefixtures("linked_intact_env", "cached_build")
 def test_E7_torch_init_replaced_by_a_test_suite_is_named_and_the_env_rebuilt(
     workspace: Workspace, catalogue: Callable[..., None]
 ) -> None:
@@ -179,7 +180,7 @@ def test_E7_torch_init_replaced_by_a_test_suite_is_named_and_the_env_rebuilt(
     assert "removing torch from uv's cache" in output
 
 
-@pytest.mark.usefixtures("linked_intact_env")
+@pytest.mark.usefixtures("linked_intact_env", "cached_build")
 def test_E8_a_pth_file_dropped_into_site_packages_is_named_and_the_env_rebuilt(
     workspace: Workspace, catalogue: Callable[..., None]
 ) -> None:
@@ -191,7 +192,7 @@ def test_E8_a_pth_file_dropped_into_site_packages_is_named_and_the_env_rebuilt(
     assert not (site_packages(workspace) / "zz_sabotage.pth").exists()
 
 
-@pytest.mark.usefixtures("private_uv_cache", "copied_env")  # the subject is an env found, not made
+@pytest.mark.usefixtures("private_uv_cache", "hardlinked_env", "cached_build")  # the subject is an env found, not made
 def test_an_env_made_before_fingerprints_is_proven_against_RECORD_and_reused_not_rebuilt(workspace: Workspace) -> None:
     first = workspace.run()
     assert first.returncode == 0, first.stdout
@@ -204,7 +205,7 @@ def test_an_env_made_before_fingerprints_is_proven_against_RECORD_and_reused_not
     assert integrity.load(fingerprint) is not None
 
 
-@pytest.mark.usefixtures("linked_intact_env")
+@pytest.mark.usefixtures("linked_intact_env", "cached_build")
 def test_D2_a_build_against_a_damaged_env_is_not_a_build_failure(
     workspace: Workspace, catalogue: Callable[..., None]
 ) -> None:
@@ -228,7 +229,7 @@ def test_D2_a_build_against_a_damaged_env_is_not_a_build_failure(
     assert workspace.only_cell()["status"] == "PASS"
 
 
-@pytest.mark.usefixtures("linked_intact_env")
+@pytest.mark.usefixtures("linked_intact_env", "cached_build")
 def test_D3_a_truncated_torch_library_is_named_and_the_env_rebuilt(
     workspace: Workspace, catalogue: Callable[..., None]
 ) -> None:
