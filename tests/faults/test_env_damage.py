@@ -77,12 +77,26 @@ def linked_intact_env(workspace: Workspace, private_uv_cache: Path, intact_env: 
     copy.parent.mkdir(parents=True)
     subprocess.run(["cp", "-al", intact, copy], check=True)
     yield copy
-    if integrity.take(site_packages_of(intact))[0]:  # written in place through a shared inode
+    if not _links_of(site_packages_of(intact), site_packages_of(copy)):  # uv's cache re-made, or damage reached it
         replacement = intact.with_name(f"{intact.name}.next")
         subprocess.run(["cp", "-al", copy, replacement], check=True)  # the probe proved it against RECORD
         assert integrity.take(site_packages_of(replacement))[0] == [], "the probe left no intact env to reuse"
         shutil.rmtree(intact)
         replacement.rename(intact)
+
+
+def _links_of(intact: Path, probed: Path) -> bool:
+    """Whether every file RECORD lists in the intact env is the very file (inode) the probe's env has there, at
+    RECORD's size, and its top level the same: then the intact env holds what the probe's env, proven against
+    RECORD, holds; a stat per file where hashing the intact env again read 1 GB. False sends it to be replaced."""
+    for path, (_, size, _) in integrity.read_records(intact).items():
+        try:
+            ours, theirs = os.lstat(intact / path), os.lstat(probed / path)
+        except FileNotFoundError:
+            return False
+        if ours.st_ino != theirs.st_ino or (size is not None and ours.st_size != size):
+            return False
+    return set(os.listdir(intact)) == set(os.listdir(probed))
 
 
 def site_packages(workspace: Workspace) -> Path:
