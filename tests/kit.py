@@ -161,6 +161,15 @@ def make_extension(root: Path, name: str, test_source: str | None, cpp: str = CP
     return ext
 
 
+def own_inode(path: Path) -> None:
+    """path (a file of a `cp -al` copy of an env) made a file of its own, same bytes and mtime: what is then
+    written into it in place reaches neither the shared env nor uv's cache."""
+    data, before = path.read_bytes(), path.stat()
+    path.unlink()
+    path.write_bytes(data)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
 def wait_for(predicate: Any, what: str, timeout: float = 300) -> None:
     """Poll predicate() every 50 ms until it is true; AssertionError naming what never happened after timeout s."""
     deadline = time.monotonic() + timeout

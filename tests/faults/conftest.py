@@ -15,25 +15,32 @@ integration tier does: its env and builds are made once and reused by every late
 A probe of the build cache whose subject is not its env uses `linked_env`: the shared torch 2.13.0
 env linked into its private cache. Either saves making an env (30 to 60 s of uv and bytecode
 compiling per probe) and deleting it after (as long again on a busy disk). A probe that changes
-its env without damaging it uses `copied_env`: a copy of that env with files of its own.
+its env uses `hardlinked_env`: a `cp -al` copy of that env (its own directories, the shared files;
+a file it damages in place it first gives an inode of its own). A probe
+with a private cache whose first run only has to pass before it breaks something else (the env, the
+cached build in place) uses `cached_build`: a copy of the shared cache's build of probe_ext, which
+that run finds cached instead of compiling (10 to 20 s of c++ per probe).
 """
 
 import fcntl
 import json
 import os
 import shutil
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from kit import Workspace
+from kit import Workspace, harness
 from packaging.version import Version
 
 from torch_abi_harness.config import DEFAULT_PYTHON, Sources
 from torch_abi_harness.provision.envs import EnvManager, EnvSpec, default_cache_dir
+from torch_abi_harness.provision.locks import locked
 from torch_abi_harness.provision.sources import resolve_sources
 
 HERE = Path(__file__).parent
+PROBE_BUILD = "  - extension: probe_ext\n    torch: 2.13.0\n    target: '2.10'\n"  # the workspace's one build
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -63,7 +70,7 @@ def workspace(tmp_path: Path) -> Workspace:
     """One extension ('probe_ext', two passing tests), one build (2.13.0, target 2.10), one runtime (2.13.0)."""
     ws = Workspace(tmp_path, tmp_path / "cache", tmp_path / "reports", dict(os.environ))
     ws.add_extension("probe_ext")
-    ws.write_matrix("  - extension: probe_ext\n    torch: 2.13.0\n    target: '2.10'\n")
+    ws.write_matrix(PROBE_BUILD)
     return ws
 
 
@@ -105,15 +112,46 @@ def shared_cache(workspace: Workspace) -> Path:
 
 
 @pytest.fixture
-def copied_env(workspace: Workspace, shared_env: Path) -> Path:
-    """workspace's private cache holding a copy of the shared torch 2.13.0 env (new inodes: nothing done to
-    it reaches the shared env or uv's cache). Its first run hashes its files once (their stamps moved)."""
+def hardlinked_env(workspace: Workspace, shared_env: Path) -> Path:
+    """workspace's private cache holding a hardlinked copy (`cp -al`: seconds, where a copy of 1 GB took a minute on
+    a busy disk) of the shared torch 2.13.0 env: directories of its own, so a file created, deleted or renamed
+    there (a rebuild removes them all) changes the copy alone; files that are the shared env's inodes, so a probe
+    that writes into one in place first gives it an inode of its own (`own_inode`). Its first run hashes its
+    files once (the links moved their ctime)."""
     target = workspace.cache / "envs" / shared_env.name
     target.parent.mkdir(parents=True)
-    # Its use lock held shared, as a run using the env holds it: no run repairs the env while it is copied (a
-    # repair takes that lock exclusively), and the runs of other tests that use it go on (its make lock, held
-    # for the copy's minute on a busy disk, stopped every run needing torch 2.13.0).
+    # Its use lock held shared, as a run using the env holds it: no run repairs the env while it is linked (a
+    # repair takes that lock exclusively), and the runs of other tests that use it go on.
     with open(shared_env.with_name(f"{shared_env.name}.use"), "a+") as use:
         fcntl.flock(use, fcntl.LOCK_SH)
-        shutil.copytree(shared_env, target, symlinks=True)
+        subprocess.run(["cp", "-al", shared_env, target], check=True)
+    return target
+
+
+@pytest.fixture(scope="session")
+def shared_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The shared cache's build of the workspace's probe_ext (torch 2.13.0, target 2.10): made there once if
+    missing by `build` (a CI graph's build job, cached and locked as a run's build is), its folder named by the
+    key that build handed on (a key of the extension's content: the workspace's probe_ext has the same)."""
+    root = tmp_path_factory.mktemp("shared-build")
+    ws = Workspace(root, default_cache_dir(), root / "reports", dict(os.environ))
+    ws.add_extension("probe_ext")
+    ws.write_matrix(PROBE_BUILD)
+    out = root / "out"
+    made = harness("build", "--matrix", ws.matrix, "--torch", "2.13.0", "--out", out, "--cache-dir", ws.cache, cwd=root)
+    assert made.returncode == 0, made.stdout
+    (handoff,) = out.glob("probe_ext@*/handoff.json")
+    key = json.loads(handoff.read_text())["key"]
+    return ws.cache / "builds" / f"{handoff.parent.name}-{key[:16]}"
+
+
+@pytest.fixture
+def cached_build(workspace: Workspace, shared_build: Path) -> Path:
+    """workspace's private cache holding a copy of the shared build of probe_ext (new inodes, 300 kB: a probe
+    that damages it in place reaches nothing shared), for a probe whose subject is not that first build: its
+    first run finds it cached (verified against its digests, as any cached build) instead of compiling it."""
+    target = workspace.cache / "builds" / shared_build.name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with locked(shared_build.with_name(f"{shared_build.name}.lock")):  # as a run holds it while it builds
+        shutil.copytree(shared_build, target, symlinks=True)
     return target

@@ -104,11 +104,14 @@ def _site_file(workspace, pattern: str) -> Path:
     ids=["D10-truncated-so", "D11-random-so", "D12-garbage-init", "D8-truncated-wheel"],
 )
 def test_a_damaged_cached_build_is_built_again(
-    workspace, private_uv_cache, catalogue, probe: str, fault: str, damage
+    workspace, private_uv_cache, cached_build, catalogue, probe: str, fault: str, damage
 ) -> None:
     """D8, D10-D12: the unpacked build or the cached wheel changed in place between runs: the next run
-    says so, builds again, and the cell passes (today: CRASHED, LOAD_FAILED or 'not a wheel', forever)."""
-    assert workspace.run().returncode == 0
+    says so, builds again, and the cell passes (today: CRASHED, LOAD_FAILED or 'not a wheel', forever).
+    The build damaged is `cached_build`'s private copy, which the first run uses as cached."""
+    first = workspace.run()
+    assert first.returncode == 0, first.stdout
+    assert ": built (cached)" in first.stdout and workspace.builds() == [cached_build], first.stdout
     damage(workspace)
     again = workspace.run()
     catalogue(

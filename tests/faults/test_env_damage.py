@@ -77,12 +77,26 @@ def linked_intact_env(workspace: Workspace, private_uv_cache: Path, intact_env: 
     copy.parent.mkdir(parents=True)
     subprocess.run(["cp", "-al", intact, copy], check=True)
     yield copy
-    if integrity.take(site_packages_of(intact))[0]:  # written in place through a shared inode
+    if not _links_of(site_packages_of(intact), site_packages_of(copy)):  # uv's cache re-made, or damage reached it
         replacement = intact.with_name(f"{intact.name}.next")
         subprocess.run(["cp", "-al", copy, replacement], check=True)  # the probe proved it against RECORD
         assert integrity.take(site_packages_of(replacement))[0] == [], "the probe left no intact env to reuse"
         shutil.rmtree(intact)
         replacement.rename(intact)
+
+
+def _links_of(intact: Path, probed: Path) -> bool:
+    """Whether every file RECORD lists in the intact env is the very file (inode) the probe's env has there, at
+    RECORD's size, and its top level the same: then the intact env holds what the probe's env, proven against
+    RECORD, holds; a stat per file where hashing the intact env again read 1 GB. False sends it to be replaced."""
+    for path, (_, size, _) in integrity.read_records(intact).items():
+        try:
+            ours, theirs = os.lstat(intact / path), os.lstat(probed / path)
+        except FileNotFoundError:
+            return False
+        if ours.st_ino != theirs.st_ino or (size is not None and ours.st_size != size):
+            return False
+    return set(os.listdir(intact)) == set(os.listdir(probed))
 
 
 def site_packages(workspace: Workspace) -> Path:
@@ -102,6 +116,7 @@ def damage_between_runs(
     """Run, damage the env, run again: the second run names the damage (damage() says how), rebuilds the env, passes."""
     first = workspace.run()
     assert first.returncode == 0, first.stdout
+    assert ": built (cached)" in first.stdout, first.stdout  # `cached_build`'s copy, not a compile
     named = damage(site_packages(workspace))
     second = workspace.run()
     record(
@@ -131,7 +146,7 @@ def keep_size_and_mtime_rewrite(path: Path, data: bytes) -> None:
     assert (after.st_size, after.st_mtime_ns, after.st_ino) == (before.st_size, before.st_mtime_ns, before.st_ino)
 
 
-@pytest.mark.usefixtures("linked_intact_env")
+@pytest.mark.usefixtures("linked_intact_env", "cached_build")
 def test_D1_a_deleted_libtorch_cpu_is_named_and_the_env_rebuilt(
     workspace: Workspace, catalogue: Callable[..., None]
 ) -> None:
@@ -144,7 +159,7 @@ def test_D1_a_deleted_libtorch_cpu_is_named_and_the_env_rebuilt(
     assert "from uv's cache" not in output
 
 
-@pytest.mark.usefixtures("linked_intact_env")
+@pytest.mark.usefixtures("linked_intact_env", "cached_build")
 def test_D4_libtorch_cpu_zeroed_in_place_keeping_size_and_mtime_is_named_and_the_env_rebuilt(
     workspace: Workspace,
     catalogue: Callable[..., None],
@@ -165,7 +180,7 @@ def test_D4_libtorch_cpu_zeroed_in_place_keeping_size_and_mtime_is_named_and_the
     assert (site_packages(workspace) / LIBTORCH).stat().st_ino not in zeroed
 
 
-@pytest.mark.usefixtures("linked_intact_env")
+@pytest.mark.usefixtures("linked_intact_env", "cached_build")
 def test_E7_torch_init_replaced_by_a_test_suite_is_named_and_the_env_rebuilt(
     workspace: Workspace, catalogue: Callable[..., None]
 ) -> None:
@@ -179,7 +194,7 @@ def test_E7_torch_init_replaced_by_a_test_suite_is_named_and_the_env_rebuilt(
     assert "removing torch from uv's cache" in output
 
 
-@pytest.mark.usefixtures("linked_intact_env")
+@pytest.mark.usefixtures("linked_intact_env", "cached_build")
 def test_E8_a_pth_file_dropped_into_site_packages_is_named_and_the_env_rebuilt(
     workspace: Workspace, catalogue: Callable[..., None]
 ) -> None:
@@ -191,7 +206,7 @@ def test_E8_a_pth_file_dropped_into_site_packages_is_named_and_the_env_rebuilt(
     assert not (site_packages(workspace) / "zz_sabotage.pth").exists()
 
 
-@pytest.mark.usefixtures("private_uv_cache", "copied_env")  # the subject is an env found, not made
+@pytest.mark.usefixtures("private_uv_cache", "hardlinked_env", "cached_build")  # the subject is an env found, not made
 def test_an_env_made_before_fingerprints_is_proven_against_RECORD_and_reused_not_rebuilt(workspace: Workspace) -> None:
     first = workspace.run()
     assert first.returncode == 0, first.stdout
@@ -204,7 +219,7 @@ def test_an_env_made_before_fingerprints_is_proven_against_RECORD_and_reused_not
     assert integrity.load(fingerprint) is not None
 
 
-@pytest.mark.usefixtures("linked_intact_env")
+@pytest.mark.usefixtures("linked_intact_env", "cached_build")
 def test_D2_a_build_against_a_damaged_env_is_not_a_build_failure(
     workspace: Workspace, catalogue: Callable[..., None]
 ) -> None:
@@ -228,7 +243,7 @@ def test_D2_a_build_against_a_damaged_env_is_not_a_build_failure(
     assert workspace.only_cell()["status"] == "PASS"
 
 
-@pytest.mark.usefixtures("linked_intact_env")
+@pytest.mark.usefixtures("linked_intact_env", "cached_build")
 def test_D3_a_truncated_torch_library_is_named_and_the_env_rebuilt(
     workspace: Workspace, catalogue: Callable[..., None]
 ) -> None:

@@ -190,9 +190,12 @@ def test_A27_a_yaml_bomb_is_refused_at_once(workspace, catalogue) -> None:
     _refused(workspace, catalogue, "A27", f"a {len(BOMB)}-byte matrix of nested YAML aliases", result, "aliases")
 
 
-def test_a_relative_cache_dir_works_like_an_absolute_one(workspace, catalogue) -> None:
+def test_a_relative_cache_dir_works_like_an_absolute_one(workspace, catalogue, request) -> None:
     """Found while probing A23: a relative --cache-dir gave an internal error after every build (cells
-    run in their own directory, where the relative env path means nothing)."""
+    run in their own directory, where the relative env path means nothing). The env is found there (a
+    `hardlinked_env`, not made by uv: the paths, not the making, are the subject); the build is made there."""
+    workspace.cache = workspace.root / "relative-cache"
+    request.getfixturevalue("hardlinked_env")
     args = workspace.args()
     args[args.index("--cache-dir") + 1] = "relative-cache"
     result = harness(*args, cwd=workspace.root, env=workspace.env)
@@ -200,3 +203,6 @@ def test_a_relative_cache_dir_works_like_an_absolute_one(workspace, catalogue) -
     catalogue("A23b", "--cache-dir given as a relative path", "works like the absolute path", observed(result, cell))
     assert result.returncode == 0, result.stdout
     assert (workspace.root / "relative-cache" / "envs").is_dir()
+    # Found and made where the relative path points: the env it holds reused, the build made beside it.
+    assert "(cpu, python 3.11): reused" in result.stdout, result.stdout
+    assert [b.parent for b in workspace.builds()] == [workspace.root / "relative-cache" / "builds"]

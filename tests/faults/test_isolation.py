@@ -76,7 +76,9 @@ def test_sleeps():
 """
 
 
+@pytest.mark.usefixtures("hardlinked_env")  # its files are the shared env's: each write into one must be refused
 def test_a_hostile_suite_changes_nothing_another_cell_uses(workspace, private_uv_cache, catalogue) -> None:
+    private_uv_cache.mkdir()  # there to be written (not missing): the write is refused, not unseen
     workspace.add_extension("bystander")
     hostile = workspace.add_extension("hostile", HOSTILE)
     (hostile / "tests" / "targets.json").write_text(

@@ -13,7 +13,7 @@ import threading
 import time
 from pathlib import Path
 
-from kit import latest_results, observed
+from kit import latest_results, observed, own_inode
 
 from torch_abi_harness.provision import integrity
 
@@ -61,7 +61,9 @@ def _only_cell(reports: Path) -> dict:
     return dict(cell)
 
 
-def test_C2_a_damaged_env_is_repaired_only_once_the_run_using_it_has_ended(workspace, copied_env, catalogue) -> None:
+def test_C2_a_damaged_env_is_repaired_only_once_the_run_using_it_has_ended(
+    workspace, hardlinked_env, catalogue
+) -> None:
     # The go signal sits where the cell's uid (nobody) can see it: pytest's tmp_path is under a 0700 directory
     # the cell's world covers.
     signals = Path(tempfile.mkdtemp(prefix="harness-c2-"))
@@ -70,6 +72,8 @@ def test_C2_a_damaged_env_is_repaired_only_once_the_run_using_it_has_ended(works
     workspace.add_extension("holder", HOLDS.replace("@GO@", str(go)))
     workspace.write_matrix("  - extension: holder\n    torch: 2.13.0\n    target: '2.10'\n")
     first_reports, second_reports = workspace.root / "reports-1", workspace.root / "reports-2"
+    site = next(hardlinked_env.glob("lib/python*/site-packages"))
+    own_inode(site / DAMAGED)  # damaged in place below: in this copy alone
     first = workspace.start("--reports-dir", first_reports)
     second, said = None, None
     try:
@@ -78,8 +82,7 @@ def test_C2_a_damaged_env_is_repaired_only_once_the_run_using_it_has_ended(works
         while not (probe() is not None and '"phase": "tests"' in probe().read_text()):  # type: ignore[union-attr]
             assert first.poll() is None and time.monotonic() < deadline, first.communicate(timeout=60)[0]
             time.sleep(0.1)
-        site = next(copied_env.glob("lib/python*/site-packages"))
-        with open(site / DAMAGED, "a") as handle:  # the env copy is private: its files are no hardlinks
+        with open(site / DAMAGED, "a") as handle:
             handle.write("# damaged while run 1's cell uses the env\n")
         second = workspace.start("--reports-dir", second_reports)
         said = Output(second)
