@@ -53,3 +53,18 @@ def test_fresh_cells_give_their_runtimes_fastest_import() -> None:
 def test_no_cell_ran_no_ratio(tmp_path: Path) -> None:
     floor = floor_of([], tmp_path, {}, workers=2, wall_s=3.0)
     assert floor.ratio is None and "no floor" in floor.text()
+
+
+def test_a_cell_killed_at_its_timeout_counts_what_its_tests_ran_until_the_kill(tmp_path: Path) -> None:
+    """It writes no junit: its tests' time is from its load's end to the kill (total - startup - load), the limit
+    the matrix set, which no executor could shorten; one killed before its extension loaded counts nothing."""
+    from torch_abi_harness.core.status import Status
+
+    hung = dataclasses.replace(cell(BROKEN, "r2.13.0-cpu", 0.25, None), status=Status.TIMEOUT)
+    before_load = dataclasses.replace(
+        hung,
+        durations=Durations.ran(total=5.0, build=None, startup=5.0, import_torch=None, load=None, tests=None),
+    )
+    floor = floor_of([hung, before_load], tmp_path, {}, workers=1, wall_s=10.0)
+    assert floor.work_s == 0.25 + (5.0 - 0.5 - 0.25)
+    assert floor.cells == 1

@@ -1,10 +1,12 @@
 """A run's wall time against its floor: what no executor could avoid, computed from the same run.
 
 The floor is the work only the cells themselves can do (each loading its extension, and its tests' own time:
-the junit testcases' times, without collection or start-up) plus one `import torch` per runtime for each worker
-that runs that runtime's cells, all spread over the workers. The ratio of the run's wall time to it says how much
-the harness adds: start-up, collection, result writing, waiting. `nox -s bench` prints it beside the per-cell
-breakdown; `run` prints it in one line at the end; `benchmarks/breakdown.py` splits a kept run's cells into phases.
+the junit testcases' times, without collection or start-up; for a cell killed at its timeout, which writes no
+junit, the time its tests ran until the kill: the matrix's limit, which no executor could shorten) plus one
+`import torch` per runtime for each worker that runs that runtime's cells, all spread over the workers. The
+ratio of the run's wall time to it says how much the harness adds: start-up, collection, result writing,
+waiting. `nox -s bench` prints it beside the per-cell breakdown; `run` prints it in one line at the end;
+`benchmarks/breakdown.py` splits a kept run's cells into phases.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from torch_abi_harness.core.status import Status
 from torch_abi_harness.results.model import CellResult
 
 log = logging.getLogger(__name__)
@@ -64,13 +67,20 @@ def floor_of(
     forkserver's start: it may overlap the cells, so its wall time says more of the machine's load than of torch; or
     the fastest import a fresh cell of that runtime measured); a runtime missing there counts as free."""
     ran = [c for c in cells if c.durations.get("tests") is not None or c.durations.get("load") is not None]
-    work = sum(
-        (c.durations.get("load") or 0.0) + (own_test_seconds(run_dir / c.logs.junit) if c.logs.junit else 0.0)
-        for c in ran
-    )
+    work = sum((c.durations.get("load") or 0.0) + _tests_seconds(c, run_dir) for c in ran)
     per_runtime = collections.Counter(c.runtime_id for c in ran)
     import_s = sum(imports.get(runtime, 0.0) * min(workers, count) for runtime, count in per_runtime.items())
     return Floor(wall_s=wall_s, work_s=work, imports_s=import_s, workers=max(1, workers), cells=len(ran))
+
+
+def _tests_seconds(cell: CellResult, run_dir: Path) -> float:
+    """The tests' own time: the junit testcases' times; for a cell killed at its timeout once its extension had
+    loaded, from the load's end to the kill (what it spent in its tests, to the second the matrix allowed)."""
+    durations = cell.durations
+    if cell.status is Status.TIMEOUT and durations.get("load") is not None:
+        spent = (durations.get("total") or 0.0) - (durations.get("startup") or 0.0) - (durations.get("load") or 0.0)
+        return max(0.0, spent)
+    return own_test_seconds(run_dir / cell.logs.junit) if cell.logs.junit else 0.0
 
 
 def imports_measured(cells: Sequence[CellResult]) -> dict[str, float]:
