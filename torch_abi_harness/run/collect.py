@@ -182,33 +182,26 @@ class CellOutcome:
     tests_seconds: float | None = None
 
 
-def read_untrusted(path: Path, limit: int = 64 * 2**20) -> bytes | None:
+def read_untrusted(path: Path, limit: int = 64 * 2**20, *, tail: bool = False) -> bytes | None:
     """A file a cell wrote, read only if it is a regular file (no symlink, FIFO or device) and not huge:
-    the extension under test may have planted anything under that name."""
+    the extension under test may have planted anything under that name. tail=True: its last `limit` bytes,
+    whatever its size."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
     with os.fdopen(fd, "rb") as handle:
         info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+        if not stat.S_ISREG(info.st_mode) or (info.st_size > limit and not tail):
             return None
+        handle.seek(max(0, info.st_size - limit))
         return handle.read(limit)
 
 
 def last_line_untrusted(path: Path, tail: int = 4096) -> str | None:
-    """The last whole line of a file a cell wrote (a regular file, read from its last `tail` bytes); None if none."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            return None
-        handle.seek(max(0, info.st_size - tail))
-        lines = handle.read(tail).split(b"\n")
-    whole = lines[:-1]  # what follows the last newline was cut short
+    """The last whole line of a file a cell wrote (read from its last `tail` bytes); None if it has none."""
+    data = read_untrusted(path, tail, tail=True)
+    whole = data.split(b"\n")[:-1] if data else []  # what follows the last newline was cut short
     return whole[-1].decode("utf-8", "replace") if whole and whole[-1] else None
 
 
