@@ -144,23 +144,20 @@ class ProbeRecord:
     @classmethod
     def read(cls, path: Path) -> ProbeRecord | None:
         """The record in path; None when the cell left none (or not JSON, or not a regular file). Where path is
-        missing, the probe's temp file beside it: a cell killed as it wrote its record (the old one unlinked, the
-        new one not yet renamed into place) left that one whole there."""
+        missing, the probe's temp file beside it: a cell killed between unlinking its old record and renaming the
+        new one into place left that one whole there. The test running is the `.tests` companion's last line."""
         raw = read_untrusted(path)
         if raw is None:
             raw = read_untrusted(path.with_name(path.name + ".tmp"))
         try:
             data = json.loads(raw) if raw is not None else None
         except ValueError:
-            return None
+            data = None
         if not isinstance(data, dict):
             return None
         record = cls.of(data)
-        if record.phase == "tests":  # the test running is the last line the probe appended (harness_cellprobe)
-            running = last_line_untrusted(path.with_name(path.name + ".tests"))
-            if running:
-                record = dataclasses.replace(record, current_test=running)
-        return record
+        running = last_line_untrusted(path.with_name(path.name + ".tests")) if record.phase == "tests" else None
+        return dataclasses.replace(record, current_test=running) if running else record
 
 
 def _missing_modules(entries: object) -> tuple[tuple[str, str], ...]:
@@ -200,8 +197,7 @@ def read_untrusted(path: Path, limit: int = 64 * 2**20, *, tail: bool = False) -
 
 def last_line_untrusted(path: Path, tail: int = 4096) -> str | None:
     """The last whole line of a file a cell wrote (read from its last `tail` bytes); None if it has none."""
-    data = read_untrusted(path, tail, tail=True)
-    whole = data.split(b"\n")[:-1] if data else []  # what follows the last newline was cut short
+    whole = (read_untrusted(path, tail, tail=True) or b"").split(b"\n")[:-1]  # after the last newline: cut short
     return whole[-1].decode("utf-8", "replace") if whole and whole[-1] else None
 
 
