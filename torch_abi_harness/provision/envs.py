@@ -229,7 +229,7 @@ class EnvManager:
             damage, refreshed = integrity.take(env.site_packages)
         else:
             damage, refreshed = integrity.check(env.site_packages, fingerprint)
-        if not damage and refreshed is not fingerprint and refreshed != fingerprint:
+        if not damage and refreshed != fingerprint:
             try:  # best effort: an unsaved fingerprint costs hashes next time, nothing else
                 integrity.save(saved, refreshed)
             except OSError as exc:

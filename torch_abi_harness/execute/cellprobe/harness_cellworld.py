@@ -167,10 +167,12 @@ class PidNamespaces:
     tables; 15-80 ms on a loaded machine)."""
 
     def __init__(self) -> None:
-        self.own = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+        self.own: int | None = None  # opened at the first sandboxed cell: a server without a sandbox never needs it
 
     def next_child_in_new(self) -> None:
-        check(_libc.setns(self.own, CLONE_NEWPID), "setns to the server's own PID namespace")
+        if self.own is None:
+            self.own = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+        self.restore()
         check(_libc.unshare(CLONE_NEWPID), "unshare a PID namespace")
 
     def restore(self) -> None:

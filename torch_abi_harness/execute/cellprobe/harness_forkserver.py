@@ -267,6 +267,7 @@ def _fork(request: dict[str, Any], namespaces: harness_cellworld.PidNamespaces) 
         namespaces.next_child_in_new()
     except OSError:
         traceback.print_exc()
+        return os.fork()  # nothing to restore: the kernel left the server's next children where they were
     pid = os.fork()
     if pid:
         namespaces.restore()
