@@ -19,6 +19,7 @@ from pathlib import Path
 from torch_abi_harness.config import Matrix
 from torch_abi_harness.core import commands, processes
 from torch_abi_harness.core.kinds import Device
+from torch_abi_harness.core.parallel import in_turn
 from torch_abi_harness.core.status import Condition, Status
 from torch_abi_harness.execute.api import CellExecution, CellRequest, Executor, RuntimeHandle
 from torch_abi_harness.plan import Cell, Plan
@@ -118,8 +119,12 @@ class CellRunner:
     def execute(self, request: CellRequest) -> tuple[CellExecution, CellOutcome]:
         """Run the request; what it left, and the outcome classified from it. Then its directory keeps only
         plain files within the caps (after classify: the disk rule measures free space before any is freed)."""
-        with self.slots:
+        with in_turn():  # the cells take their slots in the run's order (a runtime's cells together), not the threads'
+            self.slots.acquire()
+        try:
             execution = self.backend.execute(request)
+        finally:
+            self.slots.release()
         outcome = classify(execution, request.timeout)
         left_out = keep_plain_files(request.out_dir)
         if left_out:
