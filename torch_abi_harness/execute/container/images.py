@@ -160,7 +160,9 @@ def base_recipe_key(mirror: str) -> str:
 
 
 def ensure_base(engine: Engine, cache_dir: Path, configured: str | None, mirror: str = DEFAULT_MIRROR) -> str:
-    """The base image's name: the configured registry image, or one made here with debootstrap (once)."""
+    """The base image's name: the configured registry image, or one made here with debootstrap (once). Its root
+    filesystem is kept in the cache (docker/base-KEY.tar): an engine that lacks the image (a new private engine, a
+    runner whose engine starts empty while the harness cache is restored) imports it in seconds, not a minute."""
     if configured:
         return ensure_named(engine, configured, "docker.base_image").name
     key = base_recipe_key(mirror)
@@ -170,12 +172,44 @@ def ensure_base(engine: Engine, cache_dir: Path, configured: str | None, mirror:
     with locked(lock_dir / "base.lock"):
         if _find(engine, name) is not None:
             return name
-        build_base(engine, name, key, mirror, lock_dir)
+        kept = lock_dir / f"base-{key}.tar"
+        if not (kept.is_file() and _import_kept(engine, name, key, kept)):
+            build_base(engine, name, key, mirror, lock_dir, kept)
     return name
 
 
-def build_base(engine: Engine, name: str, key: str, mirror: str, work_root: Path) -> None:
-    """debootstrap a minimal bookworm with python3, then `docker import` it (no registry involved)."""
+def _import_base(engine: Engine, name: str, key: str, tarball: Path) -> Image:
+    """docker import of a base root filesystem (no registry involved), labelled with its recipe key."""
+    changes = [f"LABEL {LABEL}.base={key}", "ENV LANG=C.UTF-8", 'CMD ["/bin/bash"]']
+    repository, tag = name.rsplit(":", 1)
+    engine.client.api.import_image(src=str(tarball), repository=repository, tag=tag, changes=changes)
+    image = _find(engine, name)
+    if image is None:
+        raise EngineError(f"docker import did not produce {name}")
+    return image
+
+
+def _import_kept(engine: Engine, name: str, key: str, kept: Path) -> bool:
+    """The base image imported from the root filesystem an earlier debootstrap left in the cache. A kept file the
+    engine refuses (cut short, damaged) is removed, and False sends the caller to make it again."""
+    started = time.monotonic()
+    try:
+        image = _import_base(engine, name, key, kept)
+    except (docker.errors.DockerException, EngineError) as exc:
+        log.warning("the kept base root filesystem %s could not be imported (%s); making it again", kept, exc)
+        kept.unlink(missing_ok=True)
+        return False
+    log.info("imported %s from %s in %.1f s (%.0f MB)", name, kept, time.monotonic() - started, _mb(image))
+    return True
+
+
+def _mb(image: Image) -> float:
+    return float(image.attrs.get("Size") or 0) / 1e6
+
+
+def build_base(engine: Engine, name: str, key: str, mirror: str, work_root: Path, keep: Path | None = None) -> None:
+    """debootstrap a minimal bookworm with python3, then `docker import` it; its root filesystem (a tar) is kept
+    at `keep` for the next engine that lacks the image."""
     if shutil.which("debootstrap") is None:
         raise EngineError(
             f"the docker backend needs a base image and {name} does not exist; making it needs debootstrap "
@@ -203,13 +237,10 @@ def build_base(engine: Engine, name: str, key: str, mirror: str, work_root: Path
         )
         excludes = [f"--exclude={path}" for path in BASE_EXCLUDES]
         commands.run(["tar", "-C", rootfs, *excludes, "-cf", tarball, "."], timeout=600)
-        changes = [f"LABEL {LABEL}.base={key}", "ENV LANG=C.UTF-8", 'CMD ["/bin/bash"]']
-        repository, tag = name.rsplit(":", 1)
-        engine.client.api.import_image(src=str(tarball), repository=repository, tag=tag, changes=changes)
-    image = _find(engine, name)
-    if image is None:
-        raise EngineError(f"docker import did not produce {name}")
-    log.info("made %s in %.0f s (%.0f MB)", name, time.monotonic() - started, image.attrs["Size"] / 1e6)
+        image = _import_base(engine, name, key, tarball)
+        if keep is not None:  # whole or not at all: the tar is renamed into place only once imported
+            tarball.rename(keep)
+    log.info("made %s in %.0f s (%.0f MB)", name, time.monotonic() - started, _mb(image))
 
 
 def ensure_named(engine: Engine, name: str, where: str) -> RuntimeImage:
