@@ -132,7 +132,7 @@ def counts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, list[st
 
     monkeypatch.setattr(orchestrate, "ensure_candidate_env", env)
     empty = GuardAudit("2.15.0", ApiLevel(2, 13), probed=True, breaks=(), header_findings=())
-    monkeypatch.setattr(orchestrate, "header_audits", lambda prepared, oldest: (empty, ()))
+    monkeypatch.setattr(orchestrate, "header_audits", lambda prepared, oldest, compiler: (empty, ()))
     monkeypatch.setattr(Pipeline, "execute", ran)
     return calls
 

@@ -183,7 +183,7 @@ def test_cuda_headers_are_the_candidates_own_where_complete_else_the_toolkits(
 def test_a_gate_without_cuda_headers_says_the_cuda_side_was_not_audited(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, without_cuda: GuardAudit
 ) -> None:
-    monkeypatch.setattr(orchestrate, "header_audits", lambda prepared, oldest: (without_cuda, ()))
+    monkeypatch.setattr(orchestrate, "header_audits", lambda prepared, oldest, compiler: (without_cuda, ()))
     hooks = Recorder()
     matrix = small_matrix(tmp_path, "2.13.0", "2.14.1")
     outcome = run_gate(request_for(tmp_path, matrix, candidate=Candidate.parse("2.15.0")), hooks)

@@ -18,6 +18,7 @@ from torch_abi_harness.provision.envs import EnvManager, EnvSpec, default_cache_
 from torch_abi_harness.provision.sources import ResolvedSources
 from torch_abi_harness.static.abi_diff import AbiDiff, diff, surface, with_ops
 from torch_abi_harness.static.audit import GuardAudit, audit_guards, auditable_release
+from torch_abi_harness.static.header_compiles import HeaderCompiler
 from torch_abi_harness.static.manifest import packaged_manifest
 from torch_abi_harness.static.op_registry import packaged_op_schemas
 
@@ -121,7 +122,9 @@ def cmd_audit_guards(args: argparse.Namespace) -> int:
     manifest = packaged_manifest()
     release = auditable_release(manifest, args.release)
     include = args.headers if args.headers is not None else harness_headers(release)
-    audit = audit_guards(manifest, release, args.min_target, include, probe=not args.no_probe)
+    # The compiles' answers are kept in the harness cache: auditing the same headers again reads them back.
+    compiler = HeaderCompiler(default_cache_dir())
+    audit = audit_guards(manifest, release, args.min_target, include, probe=not args.no_probe, compiler=compiler)
     code = int(ExitCode.BROKEN if audit.broken else ExitCode.OK)
     if args.json:
         emit_json(audit.to_json())

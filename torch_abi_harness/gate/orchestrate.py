@@ -42,6 +42,7 @@ from torch_abi_harness.run.launch import (
 )
 from torch_abi_harness.static.abi_diff import diff, surface
 from torch_abi_harness.static.audit import GuardAudit, audit_guards
+from torch_abi_harness.static.header_compiles import HeaderCompiler
 from torch_abi_harness.static.manifest import Manifest, packaged_manifest
 from torch_abi_harness.static.op_registry import diff_releases, packaged_op_schemas, with_release
 from torch_abi_harness.static.visibility import OLDEST_TARGET, packaged_visibility
@@ -160,7 +161,7 @@ def gate_on(request: GateRequest, plain: Matrix, baseline: RunResult | None, hoo
     started = time.monotonic()
     oldest = oldest_served(plain)
     hooks.step("headers", f"torch {candidate} at every target from {oldest}")
-    audit, earlier = header_audits(prepared, oldest)
+    audit, earlier = header_audits(prepared, oldest, HeaderCompiler(request.cache_dir))
     if audit.cuda is not None:
         hooks.step("headers", audit.cuda.note())
     timings["header_audit"] = time.monotonic() - started
@@ -228,7 +229,9 @@ def merged_run(request: GateRequest, plan: Plan, hooks: GateHooks) -> Executed |
     return read_executed(plan, request.from_run, request.execute.prebuilt)
 
 
-def header_audits(prepared: _Prepared, oldest: ApiLevel) -> tuple[GuardAudit, tuple[GuardAudit, ...]]:
+def header_audits(
+    prepared: _Prepared, oldest: ApiLevel, compiler: HeaderCompiler
+) -> tuple[GuardAudit, tuple[GuardAudit, ...]]:
     """The candidate's headers audited at every target from the oldest the matrix serves, each claim confirmed
     by compiling against its env's torch/include; then, from the packaged data, the previous release's and each
     earlier one's, newest first, as long as the harness preprocessed their headers: the walk back that tells a
@@ -236,7 +239,7 @@ def header_audits(prepared: _Prepared, oldest: ApiLevel) -> tuple[GuardAudit, tu
     headers were never preprocessed)."""
     include = prepared.env.torch_lib.parent / "include"
     manifest = prepared.manifest
-    audit = audit_guards(manifest, str(prepared.candidate), oldest, include, probe=True)
+    audit = audit_guards(manifest, str(prepared.candidate), oldest, include, probe=True, compiler=compiler)
     return audit, tuple(audit_guards(manifest, r, oldest, None, probe=False) for r in earlier_audited(prepared))
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import subprocess
 import tempfile
 from collections import defaultdict
 from collections.abc import Mapping
@@ -31,6 +30,7 @@ from packaging.version import Version
 
 from torch_abi_harness.core.errors import BadInputError
 from torch_abi_harness.core.versions import ApiLevel
+from torch_abi_harness.static.header_compiles import HeaderCompiler
 from torch_abi_harness.static.header_probe import HeaderFinding, probe_headers
 from torch_abi_harness.static.manifest import Manifest
 from torch_abi_harness.static.visibility import (
@@ -177,18 +177,32 @@ def address_probe_source(header: str, names: list[str]) -> str:
     return f"#include <{header}>\n\nvoid harness_probe() {{\n{uses}\n}}\n"
 
 
-def compiles(include: Path, header: str, names: list[str], target: ApiLevel, workdir: Path, cuda: Path | None) -> bool:
-    source = workdir / "probe.cpp"
-    source.write_text(address_probe_source(header, names))
-    argv = ["c++", "-fsyntax-only", "-std=c++17", f"-DTORCH_TARGET_VERSION={target.hex}ULL", f"-I{include}"]
+def compiles(
+    include: Path,
+    header: str,
+    names: list[str],
+    target: ApiLevel,
+    workdir: Path,
+    cuda: Path | None,
+    compiler: HeaderCompiler,
+) -> bool:
+    flags = ["-std=c++17", f"-DTORCH_TARGET_VERSION={target.hex}ULL"]
+    includes = [include]
     if cuda is not None:
-        argv += ["-DUSE_CUDA", f"-I{cuda}"]
-    return subprocess.run([*argv, str(source)], capture_output=True, timeout=120).returncode == 0
+        flags.append("-DUSE_CUDA")
+        includes.append(cuda)
+    return compiler.syntax_ok(address_probe_source(header, names), flags, includes, workdir)
 
 
-def confirm(breaks: list[LatentBreak], include: Path, cuda_headers: Path | None = None) -> list[LatentBreak]:
+def confirm(
+    breaks: list[LatentBreak],
+    include: Path,
+    cuda_headers: Path | None = None,
+    compiler: HeaderCompiler | None = None,
+) -> list[LatentBreak]:
     """Compile one probe per (header, target); split it per symbol only where the batch fails. A claim visible
     only with USE_CUDA is compiled with cuda_headers; without them it stays unconfirmed."""
+    compiler = compiler or HeaderCompiler()
     groups: dict[tuple[str, ApiLevel, bool], list[LatentBreak]] = defaultdict(list)
     for item in breaks:
         entry = item.chain[0] if item.chain else item.header  # the header an extension includes
@@ -200,11 +214,13 @@ def confirm(breaks: list[LatentBreak], include: Path, cuda_headers: Path | None 
                 confirmed += items  # unprobed: no CUDA headers on this machine
                 continue
             cuda = cuda_headers if needs_cuda else None
-            if compiles(include, header, [i.name for i in items], target, Path(tmp), cuda):
+            if compiles(include, header, [i.name for i in items], target, Path(tmp), cuda, compiler):
                 confirmed += [dataclasses.replace(i, confirmed=True) for i in items]
             else:
                 confirmed += [
-                    dataclasses.replace(i, confirmed=compiles(include, header, [i.name], target, Path(tmp), cuda))
+                    dataclasses.replace(
+                        i, confirmed=compiles(include, header, [i.name], target, Path(tmp), cuda, compiler)
+                    )
                     for i in items
                 ]
     return sorted(confirmed, key=lambda b: (b.header, b.name))
@@ -267,10 +283,12 @@ def audit_guards(
     *,
     probe: bool = True,
     cuda: CudaHeaders | None = None,
+    compiler: HeaderCompiler | None = None,
 ) -> GuardAudit:
     """The release's latent breaks from its preprocessed headers (packaged, else scanned from include); with
     include and probe, each confirmed by compiling, and its header-only wrappers and macros probed too, on the
-    CPU side and, with CUDA headers (cuda, else CudaHeaders.find), on the CUDA side."""
+    CPU side and, with CUDA headers (cuda, else CudaHeaders.find), on the CUDA side. compiler keeps what the
+    compiles said (HeaderCompiler with the harness cache: the same audit again reads them back)."""
     cuda = cuda or CudaHeaders.find(include)
     visibility = packaged_visibility().get(release)
     if visibility is None:
@@ -285,14 +303,14 @@ def audit_guards(
     if include is None or not probe:
         return GuardAudit(release, min_target, probed=False, breaks=tuple(breaks), header_findings=())
     if breaks:
-        breaks = confirm(breaks, include, cuda.include)
+        breaks = confirm(breaks, include, cuda.include, compiler)
     exports = exports_by_target(manifest, visibility.targets)
     firsts = {name: manifest[name].first_exported for name in manifest.names()}
     header_findings: list[HeaderFinding] = []
     with tempfile.TemporaryDirectory(prefix="audit-headers-") as tmp:
         for target in (t for t in visibility.targets if t >= min_target and t in exports):
             header_findings += probe_headers(
-                include, target, exports[target], Path(tmp), cuda.include, first_exported=firsts
+                include, target, exports[target], Path(tmp), cuda.include, first_exported=firsts, compiler=compiler
             )
     return GuardAudit(
         release,

@@ -16,21 +16,15 @@ from __future__ import annotations
 import dataclasses
 import enum
 import re
-import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from elftools.elf.elffile import ELFFile
-from elftools.elf.relocation import RelocationSection
-from elftools.elf.sections import SymbolTableSection
-
-from torch_abi_harness.core.errors import InfrastructureError
 from torch_abi_harness.core.versions import ApiLevel
+from torch_abi_harness.static.header_compiles import HeaderCompiler
 from torch_abi_harness.static.symbols import STABLE_C_NAME, demangle
 from torch_abi_harness.static.visibility import public_headers
 
-COMPILE_TIMEOUT_S = 300
 MACRO_FUNCTION = "harness_macro_"
 PROBE_LIBRARY = "harness_probe_lib"
 
@@ -170,14 +164,11 @@ def macro_lines(source: str, macros: Sequence[MacroProbe]) -> dict[str, range]:
 
 
 def compile_probe(
-    include: Path, source: str, target: ApiLevel, workdir: Path, cuda_include: Path | None
-) -> tuple[Path | None, str]:
-    path = workdir / f"header-probe-{target}.cpp"
-    path.write_text(source)
-    obj = path.with_suffix(".o")
-    argv = [
-        "c++",
-        "-c",
+    side: ProbeSide, source: str, compiler: HeaderCompiler
+) -> tuple[dict[str, frozenset[str]] | None, str]:
+    """The probe compiled to an object with every inline function kept: per function, the symbols it imports
+    (None when it does not compile), and the compiler's errors."""
+    flags = [
         "-O0",
         "-w",
         "-std=c++17",
@@ -185,18 +176,13 @@ def compile_probe(
         "-fkeep-inline-functions",
         "-fkeep-static-functions",
         "-ffunction-sections",
-        f"-DTORCH_TARGET_VERSION={target.hex}ULL",
-        f"-I{include}",
+        f"-DTORCH_TARGET_VERSION={side.target.hex}ULL",
     ]
-    if cuda_include is not None:
-        argv += ["-DUSE_CUDA", f"-I{cuda_include}"]
-    try:
-        proc = subprocess.run(
-            [*argv, str(path), "-o", str(obj)], capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S, check=False
-        )
-    except FileNotFoundError as exc:
-        raise InfrastructureError("no C++ compiler: `c++` is not on PATH (install g++)") from exc
-    return (obj if proc.returncode == 0 else None), proc.stderr
+    includes = [side.include]
+    if side.cuda_include is not None:
+        flags.append("-DUSE_CUDA")
+        includes.append(side.cuda_include)
+    return compiler.object_imports(source, flags, includes, side.workdir, f"header-probe-{side.target}.cpp")
 
 
 ERROR_LINE = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):\d+: (?P<kind>error|note): (?P<message>.*)$", re.M)
@@ -217,45 +203,26 @@ def macros_failing(errors: str, probe_name: str, spans: dict[str, range]) -> dic
     return failed
 
 
-def imports_by_function(obj: Path) -> dict[str, frozenset[str]]:
-    """Per function (mangled name), the undefined symbols its code refers to."""
-    found: dict[str, frozenset[str]] = {}
-    with obj.open("rb") as stream:
-        elf = ELFFile(stream)
-        symtab = elf.get_section_by_name(".symtab")
-        if not isinstance(symtab, SymbolTableSection):
-            return found
-        for section in elf.iter_sections():
-            if not isinstance(section, RelocationSection) or not section.name.startswith(".rela.text."):
-                continue
-            function = section.name[len(".rela.text.") :]
-            undefined = set()
-            for relocation in section.iter_relocations():
-                symbol = symtab.get_symbol(relocation["r_info_sym"])
-                if symbol.name and symbol["st_shndx"] == "SHN_UNDEF":
-                    undefined.add(symbol.name)
-            found[function] = frozenset(undefined)
-    return found
-
-
 def probe_headers(
     include: Path,
     target: ApiLevel,
     exports: frozenset[str],
     workdir: Path,
     cuda_include: Path | None = None,
-    macros: Sequence[MacroProbe] = MACRO_PROBES,
     first_exported: Mapping[str, str | None] | None = None,
+    compiler: HeaderCompiler | None = None,
 ) -> list[HeaderFinding]:
     """Compile the wrappers and macros of include's public stable headers at target; report what fails. With
-    cuda_include, compiled a second time as a CUDA wheel's extensions are (USE_CUDA, the CUDA headers): what
-    only that compile finds is the CUDA side. first_exported names the release that first exports a shim."""
+        cuda_include, compiled a second time as a CUDA wheel's extensions are (USE_CUDA, the CUDA headers): what
+        only that compile finds is the CUDA side. first_exported names the release that first exports a shim; compiler
+    keeps the compiles' answers (HeaderCompiler with a cache)."""
     firsts = first_exported or {}
-    cpu = _probe_side(ProbeSide(include, target, exports, workdir, None), macros, firsts)
+    compiler = compiler or HeaderCompiler()
+    cpu = _probe_side(ProbeSide(include, target, exports, workdir, None), MACRO_PROBES, firsts, compiler)
     if cuda_include is None:
         return cpu
     seen = {f.key() for f in cpu}
-    cuda = _probe_side(ProbeSide(include, target, exports, workdir, cuda_include), macros, firsts)
+    cuda = _probe_side(ProbeSide(include, target, exports, workdir, cuda_include), MACRO_PROBES, firsts, compiler)
     return cpu + [dataclasses.replace(f, side=Side.CUDA) for f in cuda if f.key() not in seen]
 
 
@@ -270,7 +237,9 @@ class ProbeSide:
     cuda_include: Path | None
 
 
-def _probe_side(side: ProbeSide, macros: Sequence[MacroProbe], firsts: Mapping[str, str | None]) -> list[HeaderFinding]:
+def _probe_side(
+    side: ProbeSide, macros: Sequence[MacroProbe], firsts: Mapping[str, str | None], compiler: HeaderCompiler
+) -> list[HeaderFinding]:
     cuda = side.cuda_include is not None
     # torch/headeronly/cuda is device code (atomicCAS...) only nvcc compiles; it declares no C shim.
     headers = public_headers(side.include, cuda=cuda, cuda_runtime=False)
@@ -279,8 +248,8 @@ def _probe_side(side: ProbeSide, macros: Sequence[MacroProbe], firsts: Mapping[s
     target = side.target
     while True:
         source = macro_probe_source(headers, remaining, cuda=cuda)
-        obj, errors = compile_probe(side.include, source, target, side.workdir, side.cuda_include)
-        if obj is not None:
+        by_function, errors = compile_probe(side, source, compiler)
+        if by_function is not None:
             break
         failed = macros_failing(errors, f"header-probe-{target}.cpp", macro_lines(source, remaining))
         if not failed:
@@ -289,7 +258,6 @@ def _probe_side(side: ProbeSide, macros: Sequence[MacroProbe], firsts: Mapping[s
             return [*findings, HeaderFinding("headers", "the public stable headers", target, error=message)]
         findings += [HeaderFinding("macro", name, target, error=message) for name, message in sorted(failed.items())]
         remaining = [m for m in remaining if m.name not in failed]
-    by_function = imports_by_function(obj)
     readable = demangle(sorted(by_function))
     for function, undefined in sorted(by_function.items()):
         missing = tuple(sorted(n for n in undefined if STABLE_C_NAME.match(n) and n not in side.exports))
