@@ -5,6 +5,7 @@ import time
 
 import pytest
 
+from torch_abi_harness.core import processes
 from torch_abi_harness.core.parallel import in_turn, parallel
 
 
@@ -55,5 +56,8 @@ def test_an_item_that_raises_passes_its_turn_and_the_error_reaches_the_caller() 
         with in_turn():
             return item
 
-    with pytest.raises(ValueError, match="the first item fails"):
-        parallel(2, run, [0, 1, 2], lambda item: None)
+    try:
+        with pytest.raises(ValueError, match="the first item fails"):
+            parallel(2, run, [0, 1, 2], lambda item: None)
+    finally:
+        processes.REGISTRY.reset()  # parallel stopped "the run" on the error: this process runs other tests after
