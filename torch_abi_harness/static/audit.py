@@ -18,6 +18,7 @@ CUDA side is then not audited, never silently.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import os
 import tempfile
@@ -306,12 +307,20 @@ def audit_guards(
         breaks = confirm(breaks, include, cuda.include, compiler)
     exports = exports_by_target(manifest, visibility.targets)
     firsts = {name: manifest[name].first_exported for name in manifest.names()}
-    header_findings: list[HeaderFinding] = []
-    with tempfile.TemporaryDirectory(prefix="audit-headers-") as tmp:
-        for target in (t for t in visibility.targets if t >= min_target and t in exports):
-            header_findings += probe_headers(
+    targets = [t for t in visibility.targets if t >= min_target and t in exports]
+    # One target's probe per core at once (each compile is a process of its own, its files named by its target),
+    # the findings in the targets' order: a cold audit of seven targets takes the time of the slowest few.
+    with (
+        tempfile.TemporaryDirectory(prefix="audit-headers-") as tmp,
+        concurrent.futures.ThreadPoolExecutor(max(1, min(len(targets), os.cpu_count() or 1))) as pool,
+    ):
+        probed = pool.map(
+            lambda target: probe_headers(
                 include, target, exports[target], Path(tmp), cuda.include, first_exported=firsts, compiler=compiler
-            )
+            ),
+            targets,
+        )
+        header_findings = [finding for found in probed for finding in found]
     return GuardAudit(
         release,
         min_target,
