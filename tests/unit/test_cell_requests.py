@@ -99,6 +99,19 @@ def test_a_preloading_request_runs_fresh_and_its_process_preloads_the_library(
     assert "forked by the forkserver" in plain_view.command
 
 
+def test_a_runtime_with_one_cell_gets_a_server_without_the_preload(tmp_path: Path, cells: dict[str, Cell]) -> None:
+    """The preload (torch.testing's optests: 1.8 s of CPU) is imported by a server that forks more than one cell;
+    for one it would only move that cell's imports, or import what the cell never does."""
+    backend = ForkserverBackend(("torch.testing._internal.optests",))
+    two = [cells["stable_basic@b2.15.0~r2.15.0-cpu"], cells["hang_control@b2.13.0-t2.9~r2.15.0-cpu"]]
+    one = next(c for c in cells.values() if c.runtime not in {two[0].runtime} and c.runtime.device.value == "cpu")
+    backend.begin_run([*two, one])
+    assert backend.preloads == {two[0].runtime: ("torch.testing._internal.optests",), one.runtime: ()}
+    many, single = backend.view(request(tmp_path / "a", two[0])), backend.view(request(tmp_path / "b", one))
+    assert "(imported once: torch, pytest, torch.testing._internal.optests)" in many.command
+    assert "(imported once: torch, pytest)" in single.command
+
+
 def test_the_prediction_a_cell_carries_is_typed_and_written_as_the_static_prediction_writes_itself() -> None:
     fits, fails = (
         OpFit(OpCall(op, None, Via.SHIM, f"aoti_torch_cpu_{op}"), fit, why)

@@ -1,34 +1,31 @@
 """The venv backend's forkserver executor: one long-lived process per runtime env that imported
-torch, pytest and the cell probe once, forking one child per cell.
+torch, pytest and the cell probe once (and `settings.preload`, where the run gives the runtime more than one
+cell), forking one child per cell.
 
-Each forked cell gets what a fresh cell gets: its own session and process group, its own stdout
-and stderr (pipes pumped into the same capped logs), its own working directory, the build's site
-dir first on `sys.path`, the cell environment applied before anything of the extension is
-imported, and the same world (`harness_cellworld`: mount, PID, network, IPC and UTS namespaces
-made by the child itself, its own /proc, the whole filesystem read-only but its own directory and a
-private /dev/shm, a minimal /dev, its cgroup, uid nobody, no core dumps, capabilities dropped). The
-harness holds the host pid of the forked child, PID 1 of the cell's PID namespace (it leads the cell's
-process group; pytest below it stays in that group): it times the cell through a pidfd on it and kills
-the group, and its death ends the whole PID namespace. The
-server never imports an extension. What it cannot give, it does not pretend to: a `device: cuda`
-runtime keeps fresh processes (CUDA must not be initialised before a fork), and a runtime whose
-server does not start runs its cells fresh, said once in the log. A server that dies under a
+Each forked cell gets what a fresh cell gets: its own session and process group, its own stdout and stderr (pipes
+pumped into the same capped logs), its own working directory, the build's site dir first on `sys.path`, the cell
+environment applied before anything of the extension is imported, and the same world (`harness_cellworld`: mount,
+PID, network, IPC and UTS namespaces made by the child itself, its own /proc, the whole filesystem read-only but
+its own directory and a private /dev/shm, a minimal /dev, its cgroup, uid nobody, no core dumps, capabilities
+dropped). The harness holds the host pid of the forked child, PID 1 of the cell's PID namespace (it leads the
+cell's process group; pytest below it stays in that group): it times the cell through a pidfd on it and kills the
+group, and its death ends the whole PID namespace. The server never imports an extension. What it cannot give, it
+does not pretend to: a `device: cuda` runtime keeps fresh processes (CUDA must not be initialised before a fork),
+and a runtime whose server does not start runs its cells fresh, said once in the log. A server that dies under a
 running cell makes that cell ERROR. The server freezes its heap before it forks (`gc.freeze`): a cell's
 collections walk only what the cell made. The next runtime's server starts while this one's cells run.
 
-Every wait on a server is bounded. A server reports a cell's end within `ANSWER_SECONDS` of the
-cell's process ending (seen through a pidfd, not through the server) or of the harness killing it
-after its timeout; one that does not (stopped, wedged) is unresponsive: it is killed, the cell is
-ERROR "forkserver unresponsive" (the harness failed, not the extension), and the runtime's later
-cells are forked from a new server.
+Every wait on a server is bounded. A server reports a cell's end within `ANSWER_SECONDS` of the cell's process
+ending (seen through a pidfd, not through the server) or of the harness killing it after its timeout; one that
+does not (stopped, wedged) is unresponsive: it is killed, the cell is ERROR "forkserver unresponsive" (the harness
+failed, not the extension), and the runtime's later cells are forked from a new server.
 
-The server itself runs in the sandbox with every mount read-only and nothing writable but an
-empty /dev/shm of its own, its TMPDIR (the host's CUDA toolkit hidden), keeping the capabilities
-it needs to sandbox each child: a child's namespace is a copy of that read-only world, so each
-cell only opens its own holes (its directory writable, an empty /dev/shm), a few mount calls
-instead of one per mount of the host. The server alone may write the harness's cgroup directories
-(a hole only its namespace has), so that each cell joins its own group before dropping to nobody; the
-cell makes that hole read-only again in its own world.
+The server itself runs in the sandbox with every mount read-only and nothing writable but an empty /dev/shm of its
+own, its TMPDIR (the host's CUDA toolkit hidden), keeping the capabilities it needs to sandbox each child: a
+child's namespace is a copy of that read-only world, so each cell only opens its own holes (its directory
+writable, an empty /dev/shm), a few mount calls instead of one per mount of the host. The server alone may write
+the harness's cgroup directories (a hole only its namespace has), so that each cell joins its own group before
+dropping to nobody; the cell makes that hole read-only again in its own world.
 """
 
 from __future__ import annotations
@@ -223,10 +220,10 @@ class Server:
 
     @classmethod
     def start(cls, handle: RuntimeHandle, run: ServerRun, backend: ForkserverBackend) -> Server:
-        label = f"torch {handle.torch_version}"
+        label, preload = f"torch {handle.torch_version}", backend.preloads.get(handle.runtime, ())
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # the run's directory names the server (and the cells it forks, which share its command line)
-        argv = [handle.python, "-c", SERVER, str(theirs.fileno()), str(run.run_dir), *backend.preload]
+        argv = [handle.python, "-c", SERVER, str(theirs.fileno()), str(run.run_dir), *preload]
         environ = {**host_environ(Path("/")), **interpreter_environ(run.threads, [PROBE_DIR])}
         cgroup_holes = backend.groups.prepare() if backend.sandbox.isolated else ()  # its cells join their groups
         if backend.sandbox.isolated:  # importing torch needs a temporary directory: the server's own empty tmpfs
@@ -359,6 +356,9 @@ class ForkserverBackend(VenvBackend):
         self._servers: dict[Runtime, Server | None] = {}
         self._starting: dict[Runtime, threading.Lock] = {}
         self._remaining: dict[Runtime, int] = {}
+        # The preload per runtime, where the run gives it more than one cell: for one it only moves that cell's imports
+        # into its server, or imports what the cell never does (torch.testing's optests: 1.8 s of CPU, more than torch)
+        self.preloads: dict[Runtime, tuple[str, ...]] = {}
         self._guard = threading.Lock()
         self._warmups: dict[str, float] = {}  # runtime id -> seconds its server took to start (import torch once)
         self._handles: dict[Runtime, RuntimeHandle] = {}
@@ -379,6 +379,7 @@ class ForkserverBackend(VenvBackend):
             self._remaining = {}
             for cell in cells:
                 self._remaining[cell.runtime] = self._remaining.get(cell.runtime, 0) + 1
+            self.preloads = {runtime: self.preload if n > 1 else () for runtime, n in self._remaining.items()}
             order = list(dict.fromkeys(cell.runtime for cell in cells if cell.runtime.device != Device.CUDA))
             self._next = dict(itertools.pairwise(order))
 
@@ -432,7 +433,7 @@ class ForkserverBackend(VenvBackend):
         view = super().view(request)
         if self._forks(request):
             torch = request.runtime.torch_version
-            preloaded = "".join(f", {m}" for m in self.preload)
+            preloaded = "".join(f", {m}" for m in self.preloads.get(request.cell.runtime, ()))
             note = f"# forked by the forkserver of torch {torch} (imported once: torch, pytest{preloaded})"
             view = dataclasses.replace(view, command=view.command + "\n" + note)
         return view
