@@ -1,5 +1,7 @@
 """The README's two lines on a stock Debian 12: `ci/bootstrap.sh`'s set-up part in a root filesystem made by
-debootstrap (as the docker backend's base image is), chrooted into with the host's network.
+debootstrap (as the docker backend's base image is), chrooted into with the host's network. What debootstrap made
+is kept as a tar for a week (`KEPT_ROOTS`) and unpacked into a new root for each module: the same stock root in
+seconds rather than a minute, made from the archive again at least weekly.
 
 Stock means minbase: no python3, no pip, no compiler, no uv, nox, dockerd or chromium. The only thing the test
 adds is what this machine's network needs of any machine behind it (its proxy's CA, which the host keeps under
@@ -8,12 +10,14 @@ reachable from here: the same script covers it (docs/ says how), untested.
 """
 
 import contextlib
+import hashlib
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +28,10 @@ pytestmark = pytest.mark.docker
 
 REPO = Path(__file__).resolve().parents[2]
 MIRROR = "http://deb.debian.org/debian"
+# What debootstrap made, kept as a tar for a week: a stock root unpacked in seconds instead of made in a minute, and
+# made again from the archive at least once a week (a Debian point release, a package renamed).
+KEPT_ROOTS = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "torch-abi-harness-tests" / "roots"
+KEPT_FOR_S = 7 * 24 * 3600
 STOCK_ENV = {  # what a fresh root login has: none of this host's PIP_*/UV_* settings leak in
     "HOME": "/root",
     "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -41,10 +49,7 @@ def stock_root(factory: pytest.TempPathFactory, name: str, include: tuple[str, .
             "this test makes a Debian root filesystem: it needs root and debootstrap (apt-get install debootstrap)"
         )
     root = factory.mktemp(name) / "root"
-    extra = [f"--include={','.join(include)}"] if include else []
-    subprocess.run(
-        ["debootstrap", "--variant=minbase", *extra, "bookworm", root, MIRROR], check=True, capture_output=True
-    )
+    debootstrapped(root, include)
     subprocess.run(["git", "clone", "--quiet", REPO, root / "src"], check=True)
     for script in ("bootstrap.sh", "dockerd.sh"):  # the working tree's, committed or not
         shutil.copy(REPO / "ci" / script, root / "src" / "ci" / script)
@@ -65,6 +70,24 @@ def stock_root(factory: pytest.TempPathFactory, name: str, include: tuple[str, .
             subprocess.run(["umount", "--recursive", "--lazy", point], check=False)
         if not any(p.is_mount() for p in mounted):
             shutil.rmtree(root, ignore_errors=True)
+
+
+def debootstrapped(root: Path, include: tuple[str, ...]) -> None:
+    """root made a Debian 12 minbase root (with include's packages): unpacked from the tar of one debootstrap made
+    within the week, else made by debootstrap now and its tar kept (whole: renamed into place once written)."""
+    argv = ["debootstrap", "--variant=minbase", *([f"--include={','.join(include)}"] if include else [])]
+    argv += ["bookworm", str(root), MIRROR]
+    key = hashlib.sha256(json.dumps([argv[:-2], MIRROR]).encode()).hexdigest()[:16]
+    kept = KEPT_ROOTS / f"bookworm-{key}.tar"
+    if kept.is_file() and time.time() - kept.stat().st_mtime < KEPT_FOR_S:
+        root.mkdir()
+        subprocess.run(["tar", "--numeric-owner", "-xpf", kept, "-C", root], check=True, capture_output=True)
+        return
+    subprocess.run(argv, check=True, capture_output=True)
+    KEPT_ROOTS.mkdir(parents=True, exist_ok=True)
+    partial = kept.with_name(f".{kept.name}.{os.getpid()}")
+    subprocess.run(["tar", "--numeric-owner", "-cpf", partial, "-C", root, "."], check=True, capture_output=True)
+    partial.replace(kept)
 
 
 @pytest.fixture(scope="module")
