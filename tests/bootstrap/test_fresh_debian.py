@@ -160,9 +160,14 @@ def test_the_main_jobs_line_keeps_a_real_cells_promise(debian: Path) -> None:
 def test_the_main_jobs_build_is_skipped_naming_python3_dev_when_pythons_headers_are_gone(debian: Path) -> None:
     """The same cell with Python's headers removed (as on a machine that never had them): the build is not even
     attempted, its row and its cell are SKIPPED naming python3-dev, and the run says nothing was proven (exit 4),
-    never a broken promise. A cache of its own, so the build the cell above cached is not reused."""
+    never a broken promise. A cache of its own, so the build the cell above cached is not reused; its torch env is
+    a hardlinked copy of the one the cell above made (the env is not this test's subject: the build is)."""
     removed = chroot(debian, "apt-get remove -y -qq python3-dev python3.11-dev libpython3.11-dev")
     assert removed.returncode == 0, removed.stdout + removed.stderr
+    linked = chroot(
+        debian, "mkdir -p /tmp/no-headers-cache && cp -al /root/.cache/torch-abi-harness/envs /tmp/no-headers-cache/"
+    )
+    assert linked.returncode == 0, linked.stdout + linked.stderr
     try:
         line = (
             f"nox -s matrix -- -k '{ONE_CELL}' --find-links /wheels --reports-dir /tmp/no-headers "
@@ -172,6 +177,7 @@ def test_the_main_jobs_build_is_skipped_naming_python3_dev_when_pythons_headers_
         said = done.stdout + done.stderr
         # The harness exits 4, nothing proven (a broken promise would be 1); nox reports any failing command as 1.
         assert done.returncode != 0 and "failed with exit code 4" in said, said[-4000:]
+        assert "env torch 2.13.0+cpu (cpu, python 3.11): reused" in said, said[-4000:]  # the copy, checked
         run = json.loads((debian / "tmp/no-headers/latest/results.json").read_text())
         (cell,) = run["cells"]
         (build,) = run["build_results"]
