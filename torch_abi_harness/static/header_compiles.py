@@ -21,7 +21,6 @@ import logging
 import os
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from elftools.elf.relocation import RelocationSection
 from elftools.elf.sections import SymbolTableSection
 
 from torch_abi_harness.core.errors import InfrastructureError
+from torch_abi_harness.core.files import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -128,13 +128,10 @@ def _run(kind: str, source: str, flags: list[str], includes: list[Path], workdir
 
 
 def _keep(kept: Path, data: dict[str, Any]) -> None:
-    """Written whole or not at all (a temporary file renamed into place); a cache that cannot be written is
-    only slower."""
+    """Written whole or not at all (write_atomic); a cache that cannot be written is only slower."""
     try:
         kept.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=kept.parent, prefix=".tmp-", suffix=".json", delete=False) as tmp:
-            json.dump(data, tmp)
-        os.replace(tmp.name, kept)
+        write_atomic(kept, json.dumps(data))
     except OSError as exc:
         log.warning("%s: not kept (%s)", kept, exc)
 
