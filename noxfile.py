@@ -23,10 +23,24 @@ nox.options.error_on_missing_interpreters = True
 TIER_ENV = {"UV_INDEX_STRATEGY": os.environ.get("UV_INDEX_STRATEGY") or "unsafe-best-match"}
 
 
+# This project's machines set PYTHONDONTWRITEBYTECODE=1 (as many CI images do), and uv installs no bytecode by
+# default: nothing the harness imports was ever cached, so every harness process (the tiers start hundreds)
+# compiled its ~400 modules again, 0.22 s of the 0.47 s `--version` takes. A session compiles at install, as pip
+# does for a wheel: uv by its variable, the editable source tree (__pycache__, ignored by git) with compileall,
+# which skips what is current. docs/results/performance.md has the figures.
+COMPILED = {"UV_COMPILE_BYTECODE": "1"}
+
+
+def install_harness(session: nox.Session, extras: str, *more: str) -> None:
+    """The harness, editable with these extras (and more packages), its modules and theirs compiled to bytecode."""
+    session.install("-e", f".[{extras}]", *more, env=COMPILED)
+    session.run("python", "-m", "compileall", "-q", "-j", "0", "torch_abi_harness", silent=True)
+
+
 @nox.session(default=False)
 def matrix(session: nox.Session) -> None:
     """Build, run and report matrix.yaml. Arguments go to `python -m torch_abi_harness run` (e.g. -- -k r2.10)."""
-    session.install("-e", ".[run,docker]")
+    install_harness(session, "run,docker")
     session.run("python", "-m", "torch_abi_harness", "run", *session.posargs)
 
 
@@ -36,7 +50,7 @@ def census(session: nox.Session) -> None:
     their derived suite), each module held against a plain `import torch; ctypes.CDLL(module)` in every runtime
     (`census --verify`), the table per package printed and written into docs/results/census.md (`-- --check` only
     compares). Reports in reports/census/."""
-    session.install("-e", ".[run,docker]")
+    install_harness(session, "run,docker")
     keep = "--check" if "--check" in session.posargs else "--update"
     session.run(
         "python", "-m", "torch_abi_harness", "run", "--matrix", "census.yaml", "--reports-dir", "reports/census"
@@ -50,7 +64,7 @@ def mutate(session: nox.Session) -> None:
     """Detection power: the shim-mutant catalogue against the default stable builds on the newest runtime.
     Arguments go to `python -m torch_abi_harness mutate`
     (e.g. -- --matrix examples/matrix.yaml, -- --mutant 'meta.*')."""
-    session.install("-e", ".[run,docker]")
+    install_harness(session, "run,docker")
     session.run("python", "-m", "torch_abi_harness", "mutate", *session.posargs)
 
 
@@ -59,7 +73,7 @@ def gate_replay(session: nox.Session) -> None:
     """The release gate replayed: each release of the default matrix as the candidate against the one before it
     (abi-diff, its headers, its header probe, its op schemas, and the oldest stable sample build run on it);
     the table in reports/replay.md. More -k selectors widen it (`-- -k stable_basic`: every sample build)."""
-    session.install("-e", ".[run,docker]")
+    install_harness(session, "run,docker")
     selection = ["-k", "header_probe", "-k", "stable_basic@b2.9.1"]
     session.run("python", "-m", "torch_abi_harness", "gate", "--replay", *selection, *session.posargs)
 
@@ -67,14 +81,14 @@ def gate_replay(session: nox.Session) -> None:
 @nox.session(default=False)
 def harness(session: nox.Session) -> None:
     """Any harness command: `nox -s harness -- abi-diff 2.15 candidate.whl`, `-- check wheel.whl`..."""
-    session.install("-e", ".[run,docker]")
+    install_harness(session, "run,docker")
     session.run("python", "-m", "torch_abi_harness", *(session.posargs or ["--help"]))
 
 
 @nox.session(default=False)
 def base_image(session: nox.Session) -> None:
     """Make the docker backend's base image (debootstrap bookworm + docker import), as root, once."""
-    session.install("-e", ".[run,docker]")
+    install_harness(session, "run,docker")
     session.run("python", "-m", "torch_abi_harness", "base-image", *session.posargs)
 
 
@@ -87,7 +101,7 @@ WORKERS = str((os.cpu_count() or 2) + 1)
 @nox.session(default=False)
 def tests(session: nox.Session) -> None:
     """Unit and integration tests (integration tests build and run real cross-version cells)."""
-    session.install("-e", ".[test]")
+    install_harness(session, "test")
     # --durations=15: the slowest tests, printed at the end of every run, so a test that grows shows at once.
     default = ["tests", "--ignore=tests/graph"]  # the CI graph is its own tier: `nox -s graph`
     session.run(
@@ -100,7 +114,7 @@ def graph(session: nox.Session) -> None:
     """ci/nightly.yml run here job by job (tests/graph): each job on its own 14 GB loop-mounted file system, only
     declared artifacts between jobs; the merged report equals a one-machine run. Root (loop mounts); ~10 min warm.
     Prints each job's peak disk and wall time."""
-    session.install("-e", ".[test]")
+    install_harness(session, "test")
     session.run("pytest", "-s", "-p", "no:xdist", "tests/graph", *session.posargs, env=TIER_ENV)
 
 
@@ -108,7 +122,7 @@ def graph(session: nox.Session) -> None:
 def faults(session: nox.Session) -> None:
     """The fault catalogue alone: each fault injected for real, its classification and "nothing lost" asserted;
     prints the fault table from what the tests observed (the whole catalogue: into docs/results/fault-table.md)."""
-    session.install("-e", ".[test]")
+    install_harness(session, "test")
     table = Path(session.create_tmp()) / "faults.jsonl"
     table.unlink(missing_ok=True)
     env = {**TIER_ENV, "HARNESS_FAULT_TABLE": str(table)}
@@ -130,7 +144,7 @@ def docs(session: nox.Session) -> None:
 @nox.session
 def unit(session: nox.Session) -> None:
     """The fast tier only: no torch environments, no compiler, seconds."""
-    session.install("-e", ".[test]")
+    install_harness(session, "test")
     session.run("pytest", "tests/unit", *session.posargs)
 
 
@@ -138,7 +152,7 @@ def unit(session: nox.Session) -> None:
 def mutation_pass(session: nox.Session) -> None:
     """Mutants (cosmic-ray, plus dropped branches and constants) of the gate, the verdict and report.html's URL
     filters, each against the unit tests that cover it; fails on a survivor (-- gate, -- verdict, -- url-filter)."""
-    session.install("-e", ".[test]", "cosmic-ray>=8.7")
+    install_harness(session, "test", "cosmic-ray>=8.7")
     session.run("python", "tools/mutation_pass.py", *session.posargs)
 
 
@@ -151,7 +165,7 @@ def lint(session: nox.Session) -> None:
     """ruff (style, no print outside the CLI), mypy --strict on the package and tools, the import contract,
     actionlint and zizmor (offline) on the workflows (with shellcheck on their run: scripts) and shellcheck on
     the shell scripts."""
-    session.install("-e", ".[lint]")
+    install_harness(session, "lint")
     session.run("ruff", "check", *PYTHON_TREES)
     session.run("ruff", "format", "--check", *PYTHON_TREES)
     session.run("python", "tools/burn_down.py")  # the size rules' per-file ignores hold only what is still needed
@@ -172,21 +186,21 @@ def lint(session: nox.Session) -> None:
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
     """Per-stage timings: env provisioning, builds, the per-cell split and the matrix against its floor."""
-    session.install("-e", ".[run,docker]")
+    install_harness(session, "run,docker")
     session.run("python", "benchmarks/bench.py", *session.posargs)
 
 
 @nox.session(default=False)
 def bench_html(session: nox.Session) -> None:
     """report.html at scale: synthetic runs of 500 to 5,000 cells, written and opened in Debian's Chromium."""
-    session.install("-e", ".[test]")
+    install_harness(session, "test")
     session.run("python", "benchmarks/bench_html.py", *session.posargs)
 
 
 @nox.session(default=False)
 def bench_docker(session: nox.Session) -> None:
     """The docker backend's costs: engine, base image, container start, a baked image, both backends side by side."""
-    session.install("-e", ".[run,docker]")
+    install_harness(session, "run,docker")
     session.run("python", "benchmarks/bench_docker.py", *session.posargs)
 
 
@@ -199,7 +213,7 @@ def manifest(session: nox.Session) -> None:
     The wheels are the CUDA builds from the default index (pip --isolated: no local +cpu wheel),
     so CUDA-only shims are seen exported too. They are kept in nox's cache between runs.
     """
-    session.install("-e", ".[run,docker]", "pip")
+    install_harness(session, "run,docker", "pip")
     releases = sorted(set(json.loads(MANIFEST.read_text())["releases"]) | set(session.posargs), key=_version_key)
     cache = Path(session.cache_dir) / "torch-wheels"
     wheels = []
