@@ -1,7 +1,7 @@
 """Sessions: `nox -s matrix` runs the compatibility matrix; `nox -s tests` tests the harness itself.
 
 Plain `nox` runs the fast ones (lint, unit: about a minute); `nox -s tests` is the full tier (real
-builds and cells, docker included: ~15 minutes here), `nox -s tests -- -m 'not docker' tests` without docker.
+builds and cells, docker included: ~11 minutes here), `nox -s tests -- -m 'not docker' tests` without docker.
 """
 
 import json
