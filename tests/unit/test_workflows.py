@@ -87,6 +87,22 @@ def load_workflow(path: Path) -> dict[Any, Any]:
     return data
 
 
+def test_every_session_that_installs_the_harness_compiles_its_bytecode() -> None:
+    """With PYTHONDONTWRITEBYTECODE=1 (this project's machines) an editable install is never cached: each harness
+    process the session starts would compile its modules again. Only install_harness installs it, and compiles."""
+    tree = ast.parse((REPO / "noxfile.py").read_text())
+    editable = []
+    for function in (node for node in tree.body if isinstance(node, ast.FunctionDef)):
+        for call in (node for node in ast.walk(function) if isinstance(node, ast.Call)):
+            words = [arg.value for arg in call.args if isinstance(arg, ast.Constant)]
+            if isinstance(call.func, ast.Attribute) and call.func.attr == "install" and "-e" in words:
+                editable.append(function.name)
+    assert editable == ["install_harness"], editable
+    source = (REPO / "noxfile.py").read_text()
+    assert '"UV_COMPILE_BYTECODE": "1"' in source
+    assert '"compileall", "-q", "-j", "0", "torch_abi_harness"' in source
+
+
 def test_there_are_a_nightly_and_a_release_gating_workflow() -> None:
     assert {p.name for p in WORKFLOWS} >= {"nightly.yml", "release-gating.yml"}
 
