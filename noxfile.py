@@ -34,7 +34,7 @@ COMPILED = {"UV_COMPILE_BYTECODE": "1"}
 def install_harness(session: nox.Session, extras: str, *more: str) -> None:
     """The harness, editable with these extras (and more packages), its modules and theirs compiled to bytecode."""
     session.install("-e", f".[{extras}]", *more, env=COMPILED)
-    session.run("python", "-m", "compileall", "-q", "-j", "0", "torch_abi_harness", silent=True)
+    session.run("python", "-m", "compileall", "-q", "torch_abi_harness", silent=True)  # 0.3 s; 0.03 s when current
 
 
 @nox.session(default=False)
