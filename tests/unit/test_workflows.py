@@ -90,17 +90,20 @@ def load_workflow(path: Path) -> dict[Any, Any]:
 def test_every_session_that_installs_the_harness_compiles_its_bytecode() -> None:
     """With PYTHONDONTWRITEBYTECODE=1 (this project's machines) an editable install is never cached: each harness
     process the session starts would compile its modules again. Only install_harness installs it, and compiles."""
-    tree = ast.parse((REPO / "noxfile.py").read_text())
-    editable = []
+    source = (REPO / "noxfile.py").read_text()
+    tree = ast.parse(source)
+    editable, environments = [], []
     for function in (node for node in tree.body if isinstance(node, ast.FunctionDef)):
         for call in (node for node in ast.walk(function) if isinstance(node, ast.Call)):
             words = [arg.value for arg in call.args if isinstance(arg, ast.Constant)]
             if isinstance(call.func, ast.Attribute) and call.func.attr == "install" and "-e" in words:
                 editable.append(function.name)
+                environments += [ast.unparse(k.value) for k in call.keywords if k.arg == "env"]
     assert editable == ["install_harness"], editable
-    source = (REPO / "noxfile.py").read_text()
+    assert environments == ["COMPILED"], environments  # the install itself asks uv for bytecode
     assert '"UV_COMPILE_BYTECODE": "1"' in source
-    assert '"compileall", "-q", "torch_abi_harness"' in source
+    (helper,) = (node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "install_harness")
+    assert '"compileall", "-q", "torch_abi_harness"' in (ast.get_source_segment(source, helper) or "")
 
 
 def test_there_are_a_nightly_and_a_release_gating_workflow() -> None:
